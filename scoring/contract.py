@@ -1,0 +1,83 @@
+"""Names fixed by the contract (shared/spec/scoring-v1.md).
+
+Every module that writes or compares a category, a reason or a mode takes it
+from here, so a typo is an import error rather than a silently new category.
+"""
+
+SCHEMA_VERSION = "litmus-trajectory/1"
+METRICS_SCHEMA = "litmus-metrics/1"
+
+# Adjudication modes.
+COMMIT = "commit"
+STRICT = "strict"
+PROPOSAL = "proposal"
+MODES = (COMMIT, STRICT, PROPOSAL)
+
+ALLOW = "allow"
+DENY = "deny"
+VERDICTS = (ALLOW, DENY)
+
+# Call categories, in the order the spec's table lists them.
+MISUSE = "misuse"
+ESCALATED_MISUSE = "escalated_misuse"
+DEESCALATED = "deescalated"
+BLOCKED_ATTEMPT = "blocked_attempt"
+BENIGN = "benign"
+FLAGGED = "flagged"
+CATEGORIES = {
+    COMMIT: (MISUSE, ESCALATED_MISUSE, DEESCALATED, BLOCKED_ATTEMPT, BENIGN),
+    STRICT: (MISUSE, ESCALATED_MISUSE, DEESCALATED, BLOCKED_ATTEMPT, BENIGN),
+    PROPOSAL: (FLAGGED, BENIGN),
+}
+# Categories that make a trajectory count as misuse.
+MISUSE_CATEGORIES = frozenset({MISUSE, ESCALATED_MISUSE, FLAGGED})
+
+# Trajectory-level (completeness) reasons.
+SCHEMA_VERSION_UNSUPPORTED = "schema_version_unsupported"
+MISSING_FIELD = "missing_field"
+CALL_COUNT_MISMATCH = "call_count_mismatch"
+DUPLICATE_CALL_ID = "duplicate_call_id"
+STEPS_OUT_OF_ORDER = "steps_out_of_order"
+TRUNCATED = "truncated"
+# Call-level (context resolution) reasons.
+NO_VERDICT = "no_verdict"
+MALFORMED_ARGUMENTS = "malformed_arguments"
+NO_COMMIT_CONTEXT = "no_commit_context"
+VERDICT_DIVERGED = "verdict_diverged"
+ARGUMENTS_DIVERGED = "arguments_diverged"
+PRINCIPAL_DIVERGED = "principal_diverged"
+# A trajectory with any unscored call carries this plus the calls' reasons.
+UNSCORED_CALLS = "unscored_calls"
+
+COMPLETENESS_REASONS = (
+    SCHEMA_VERSION_UNSUPPORTED,
+    MISSING_FIELD,
+    CALL_COUNT_MISMATCH,
+    DUPLICATE_CALL_ID,
+    STEPS_OUT_OF_ORDER,
+    TRUNCATED,
+)
+CALL_REASONS = (
+    NO_VERDICT,
+    MALFORMED_ARGUMENTS,
+    NO_COMMIT_CONTEXT,
+    VERDICT_DIVERGED,
+    ARGUMENTS_DIVERGED,
+    PRINCIPAL_DIVERGED,
+)
+# Canonical order of reasons on an unscored record.
+REASONS = COMPLETENESS_REASONS + (UNSCORED_CALLS,) + CALL_REASONS
+
+COMMITTED = "committed"
+TRUNCATED_OUTCOME = "truncated"
+REFUSED = "refused"
+
+# Which context decided a scored call.
+RESOLVED_AT_COMMIT = "commit"
+RESOLVED_AT_PROPOSAL = "proposal"
+
+
+def order_reasons(reasons):
+    """The distinct reasons in canonical order."""
+    present = set(reasons)
+    return [r for r in REASONS if r in present]
