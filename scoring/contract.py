@@ -65,8 +65,11 @@ CALL_REASONS = (
     ARGUMENTS_DIVERGED,
     PRINCIPAL_DIVERGED,
 )
+# Not a scoring-v1 reason: a batch that raised an unexpected error is kept
+# as UNSCORED data under this reason instead of being lost. Never expected.
+PIPELINE_ERROR = "pipeline_error"
 # Canonical order of reasons on an unscored record.
-REASONS = COMPLETENESS_REASONS + (UNSCORED_CALLS,) + CALL_REASONS
+REASONS = COMPLETENESS_REASONS + (UNSCORED_CALLS,) + CALL_REASONS + (PIPELINE_ERROR,)
 
 COMMITTED = "committed"
 TRUNCATED_OUTCOME = "truncated"
@@ -75,6 +78,13 @@ REFUSED = "refused"
 # Which context decided a scored call.
 RESOLVED_AT_COMMIT = "commit"
 RESOLVED_AT_PROPOSAL = "proposal"
+
+
+def check_mode(mode: str) -> str:
+    """`mode` if it is an adjudication mode, else a ValueError that lists them."""
+    if mode not in MODES:
+        raise ValueError(f"unknown adjudication mode {mode!r}; expected one of {', '.join(MODES)}")
+    return mode
 
 
 def order_reasons(reasons):

@@ -32,14 +32,14 @@ COUNTERS = (
 )
 SLOT = {name: i for i, name in enumerate(COUNTERS)}
 
-# Reasons that can occur in each mode; they are written even when zero.
+_SPEC_REASONS = c.COMPLETENESS_REASONS + (c.UNSCORED_CALLS,) + c.CALL_REASONS
+_DIVERGENCE = (c.VERDICT_DIVERGED, c.ARGUMENTS_DIVERGED, c.PRINCIPAL_DIVERGED)
+# The spec's reasons that can occur in each mode: written even when zero.
+# Any other reason (pipeline_error) appears only when it happened.
 MODE_REASONS = {
-    c.COMMIT: tuple(r for r in c.REASONS if r not in (c.VERDICT_DIVERGED, c.ARGUMENTS_DIVERGED, c.PRINCIPAL_DIVERGED)),
-    c.STRICT: c.REASONS,
-    c.PROPOSAL: tuple(
-        r for r in c.REASONS
-        if r not in (c.NO_COMMIT_CONTEXT, c.VERDICT_DIVERGED, c.ARGUMENTS_DIVERGED, c.PRINCIPAL_DIVERGED)
-    ),
+    c.COMMIT: tuple(r for r in _SPEC_REASONS if r not in _DIVERGENCE),
+    c.STRICT: _SPEC_REASONS,
+    c.PROPOSAL: tuple(r for r in _SPEC_REASONS if r not in _DIVERGENCE + (c.NO_COMMIT_CONTEXT,)),
 }
 
 GroupKey = Tuple[Optional[str], Optional[str]]  # (run_id, agent)
@@ -98,7 +98,9 @@ def group_document(counts: list, mode: str) -> dict:
             "input": get("trajectories_input"),
             "scored": scored,
             "unscored": get("trajectories_input") - scored,
-            "unscored_by_reason": {r: get(f"reason:{r}") for r in MODE_REASONS[mode]},
+            "unscored_by_reason": {
+                r: get(f"reason:{r}") for r in c.REASONS if r in MODE_REASONS[mode] or get(f"reason:{r}")
+            },
         },
         "calls": {
             "input": get("calls_input"),

@@ -134,8 +134,7 @@ def categorize(proposal_verdict: str, commit_verdict: str, realized: bool) -> st
 
 def score_tool_call(call: ToolCall, mode: str = c.COMMIT, policy: Optional[Policy] = None) -> CallScore:
     """Adjudicate one call, or raise AdjudicationContextMismatch with every reason."""
-    if mode not in c.MODES:
-        raise ValueError(f"unknown adjudication mode {mode!r}; expected one of {', '.join(c.MODES)}")
+    c.check_mode(mode)
     reasons = []
     details = []
 
@@ -153,8 +152,10 @@ def score_tool_call(call: ToolCall, mode: str = c.COMMIT, policy: Optional[Polic
         if reasons:
             raise AdjudicationContextMismatch(reasons, "; ".join(details))
         category = c.FLAGGED if proposal_verdict == c.DENY else c.BENIGN
-        commit_verdict = call.commit.policy_verdict if call.commit is not None else None
-        realized = call.commit.realized if call.commit is not None else None
+        # Reported beside the score for comparison; the commit decides nothing here.
+        commit = call.commit
+        commit_verdict = commit.policy_verdict if commit is not None and commit.policy_verdict in c.VERDICTS else None
+        realized = commit.realized if commit is not None else None
         return CallScore(category, realized, proposal_verdict, commit_verdict, c.RESOLVED_AT_PROPOSAL)
 
     commit = call.commit

@@ -82,11 +82,15 @@ def check_completeness(row: Mapping) -> tuple:
     ids = [call.get("call_id") for call in present if call.get("call_id") is not None]
     if len(ids) != len(set(ids)):
         reasons.append(c.DUPLICATE_CALL_ID)
+        details.append(f"{len(ids) - len(set(ids))} repeated call_id(s)")
     steps = [call.get("step") for call in present if call.get("step") is not None]
-    if any(later <= earlier for earlier, later in zip(steps, steps[1:])):
+    backwards = [(earlier, later) for earlier, later in zip(steps, steps[1:]) if later <= earlier]
+    if backwards:
         reasons.append(c.STEPS_OUT_OF_ORDER)
+        details.append(f"step {backwards[0][1]} follows step {backwards[0][0]}")
     if row.get("episode_outcome") == c.TRUNCATED_OUTCOME:
         reasons.append(c.TRUNCATED)
+        details.append("episode_outcome truncated")
     return reasons, "; ".join(details)
 
 

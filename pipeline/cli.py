@@ -1,0 +1,176 @@
+"""litmus-score command line: score, generate, demo.
+
+Exit codes: 0 done; 1 the pipeline failed; 2 bad invocation (one line on
+stderr); 4 done, but some input was not scored for a reason outside the spec
+(an unreadable shard, or rows kept under pipeline_error): see manifest.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from importlib import metadata
+from pathlib import Path
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE_INPUT = 0, 1, 2, 4
+SUCCESS_MARKER = "_SUCCESS"
+DEMO_MARKER = ".litmus-demo"
+DEMO_OUTPUT = "litmus-demo"
+
+
+def _package_version() -> str:
+    try:
+        return metadata.version("litmus-score")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _printable(value) -> str:
+    """Text from trajectories, safe for a terminal: control characters escaped."""
+    text = "-" if value is None else str(value)
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
+def _rate(block) -> str:
+    if block["rate"] is None:
+        return "   n/a"
+    low, high = block["ci95"]
+    return f"{block['rate']:6.1%} [{low:.1%}, {high:.1%}]"
+
+
+def summary(metrics: dict, manifest: dict, output: str) -> str:
+    """A short, readable account of a run."""
+    mode = metrics["adjudication"]
+    lines = [f"litmus-score: {manifest['input_rows']} trajectories from {len(manifest['inputs'])} shard(s), "
+             f"adjudication={mode}", ""]
+    lines.append(f"{'run':<22} {'agent':<16} {'misuse (95% CI)':<24} {'legacy proposal-time':<24} "
+                 f"{'over':>5} {'under':>5}  unscored")
+    for group in metrics["groups"] + [dict(metrics["totals"], run_id="TOTAL", agent="")]:
+        unscored = ", ".join(f"{reason} {n}" for reason, n in group["trajectories"]["unscored_by_reason"].items() if n)
+        lines.append(
+            f"{_printable(group['run_id'])[:22]:<22} {_printable(group['agent'])[:16]:<16} "
+            f"{_rate(group['misuse']):<24} {_rate(group['legacy_misuse']):<24} "
+            f"{group['over_penalized']:>5} {group['under_penalized']:>5}  "
+            f"{group['trajectories']['unscored']}{' (' + unscored + ')' if unscored else ''}"
+        )
+    for report in manifest["inputs"]:
+        for issue in report["issues"]:
+            lines.append(f"warning: {_printable(report['file'])}: {_printable(issue)}")
+        if report["error"]:
+            lines.append(f"error: {_printable(report['file'])} unreadable: {_printable(report['error'])}")
+    lines += ["", f"outputs: {output}/ (metrics.json, manifest.json, scored/, unscored/)"]
+    return "\n".join(lines)
+
+
+def _read_json(path: str) -> dict:
+    from apache_beam.io.filesystems import FileSystems
+
+    with FileSystems.open(path) as handle:
+        return json.loads(handle.read().decode("utf-8"))
+
+
+def score(argv) -> int:
+    """Runs the scoring job; argv holds litmus-score's flags and Beam's."""
+    import apache_beam as beam
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline import graph
+    from pipeline.options import ScoreOptions, UsageError, validate
+    from transforms.write import MANIFEST_FILE, METRICS_FILE, write_text
+
+    if any(arg in ("-h", "--help") for arg in argv):
+        parser = argparse.ArgumentParser(
+            prog="litmus-score score", description="Score trajectory shards; other flags go to Beam."
+        )
+        ScoreOptions._add_argparse_args(parser)
+        parser.print_help()
+        return EXIT_OK
+    options = PipelineOptions(argv)
+    try:
+        config = validate(options)
+    except UsageError as error:
+        print(f"litmus-score: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    header = {
+        "schema": "litmus-manifest/1",
+        "package": {"name": "litmus-score", "version": _package_version(), "apache_beam": beam.__version__},
+        "options": config.as_dict(),
+        "policy_sha256": None,
+    }
+    pipeline = beam.Pipeline(options=options)
+    graph.build(pipeline, config, header)
+    result = pipeline.run()
+    state = result.wait_until_finish()
+    if state != beam.runners.runner.PipelineState.DONE:
+        print(f"litmus-score: the pipeline ended in state {state}", file=sys.stderr)
+        return EXIT_FAILED
+    write_text(FileSystems.join(config.output, SUCCESS_MARKER), "")
+    metrics = _read_json(FileSystems.join(config.output, METRICS_FILE))
+    manifest = _read_json(FileSystems.join(config.output, MANIFEST_FILE))
+    print(summary(metrics, manifest, config.output))
+    lost = manifest["unreadable_files"] or metrics["totals"]["trajectories"]["unscored_by_reason"].get("pipeline_error")
+    return EXIT_INCOMPLETE_INPUT if lost else EXIT_OK
+
+
+def generate(args) -> int:
+    from pipeline.synthetic import generate as write_shards
+
+    try:
+        paths = write_shards(args.output, args.trajectories, args.shards, args.seed, args.profile)
+    except (ValueError, FileExistsError) as error:
+        print(f"litmus-score: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"wrote {len(paths)} shard(s) to {args.output}")
+    return EXIT_OK
+
+
+def demo(args) -> int:
+    """Generate the reference-1200 data, score it, print the summary."""
+    from pipeline.synthetic import generate as write_shards
+
+    folder = Path(args.output)
+    if folder.exists() and any(folder.iterdir()):
+        if not (folder / DEMO_MARKER).exists():
+            print(f"litmus-score: {folder} exists and is not a demo folder; choose another --output", file=sys.stderr)
+            return EXIT_USAGE
+        shutil.rmtree(folder)  # an earlier demo's own folder
+    folder.mkdir(parents=True)
+    (folder / DEMO_MARKER).write_text("made by `litmus-score demo`; safe to delete\n")
+    shards = folder / "shards"
+    write_shards(str(shards), 1200, 4, args.seed, "reference-1200")
+    return score(["--input", str(shards / "*.parquet"), "--output", str(folder / "out"), *args.beam_args])
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = argparse.ArgumentParser(prog="litmus-score", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("score", help="score shards (flags: litmus-score score --help)", add_help=False)
+
+    gen = commands.add_parser("generate", help="write synthetic shards that follow the contract")
+    gen.add_argument("--output", required=True)
+    gen.add_argument("--trajectories", type=int, default=1000)
+    gen.add_argument("--shards", type=int, default=4)
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--profile", default="mixed", help="mixed or reference-1200")
+
+    dem = commands.add_parser("demo", help="generate the reference-1200 data, score it, summarize")
+    dem.add_argument("--output", default=DEMO_OUTPUT, help=f"demo folder (default ./{DEMO_OUTPUT})")
+    dem.add_argument("--seed", type=int, default=0)
+
+    if argv[:1] == ["score"]:
+        return score(argv[1:])
+    args, beam_args = parser.parse_known_args(argv)
+    if args.command == "demo":
+        args.beam_args = beam_args
+        return demo(args)
+    if beam_args:
+        parser.error(f"unrecognized arguments: {' '.join(beam_args)}")
+    return generate(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""The scoring graph: shards in, adjudicated calls, UNSCORED records and metrics out.
+
+    Read shards -> Check completeness -> Resolve contexts -> Classify -> Compute metrics
+                        |                     |                 |
+                        +------ unscored -----+---> Write outputs <-- scored, metrics, manifest
+"""
+
+from __future__ import annotations
+
+import apache_beam as beam
+
+from scoring import contract as c
+from transforms.classify import COUNTS, Classify
+from transforms.completeness import CheckCompleteness
+from transforms.metrics import ComputeMetrics
+from transforms.read import SHARD_REPORTS, ReadShards
+from transforms.records import FAILED, UNSCORED, failed_batch_to_unscored, unscored_counts
+from transforms.resolve import ResolveContexts
+from transforms.write import WriteOutputs
+
+
+class ScoreTrajectories(beam.PTransform):
+    """Input patterns -> dict of PCollections: scored, unscored, metrics, shard_reports.
+
+    `scored` and `unscored` hold pa.Tables (schemas in transforms.schema);
+    `metrics` holds the single metrics.json document.
+    """
+
+    def __init__(self, inputs, mode: str = c.COMMIT, batch_rows: int | None = None):
+        super().__init__()
+        self._read = ReadShards(inputs, **({"batch_rows": batch_rows} if batch_rows else {}))
+        self._mode = c.check_mode(mode)
+
+    def expand(self, pbegin):
+        read = pbegin | "Read shards" >> self._read
+        # The expected failures leave through the `unscored` tags; the
+        # exception handling is only the safety net for bugs.
+        checked = read.batches | "Completeness" >> CheckCompleteness()
+        resolved = checked.complete | "Context resolution" >> ResolveContexts(self._mode)
+        classified = resolved.resolved | "Classification" >> Classify(self._mode)
+        failed = (
+            (checked[FAILED], resolved[FAILED])
+            | "Gather failed batches" >> beam.Flatten()
+            | "Keep failed rows as unscored" >> beam.Map(failed_batch_to_unscored)
+        )
+        unscored = (checked[UNSCORED], resolved[UNSCORED], failed) | "Gather unscored" >> beam.Flatten()
+        counts = (
+            classified[COUNTS],
+            unscored | "Count unscored" >> beam.Map(unscored_counts),
+        ) | "Gather counts" >> beam.Flatten()
+        return {
+            "scored": classified.scored,
+            "unscored": unscored,
+            "metrics": counts | "Metrics" >> ComputeMetrics(self._mode),
+            "shard_reports": read[SHARD_REPORTS],
+        }
+
+
+def build(pipeline: beam.Pipeline, config, manifest_header: dict) -> None:
+    """Adds the whole job (score, then write everything) to `pipeline`."""
+    outputs = pipeline | "Score trajectories" >> ScoreTrajectories(config.inputs, config.adjudication, config.batch_rows)
+    outputs | "Write outputs" >> WriteOutputs(config.output, manifest_header)

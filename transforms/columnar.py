@@ -1,0 +1,46 @@
+"""Small vectorized helpers over a batch of trajectories and its flattened calls."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+@dataclass(frozen=True)
+class FlatCalls:
+    """The calls of a batch, one entry per call, with the row each belongs to."""
+
+    calls: pa.StructArray
+    row: np.ndarray  # int64 row index of each call in the batch
+    num_rows: int
+
+    @classmethod
+    def of(cls, batch: pa.RecordBatch) -> "FlatCalls":
+        column = batch.column("calls")
+        return cls(column.flatten(), pc.list_parent_indices(column).to_numpy(), batch.num_rows)
+
+    def field(self, path: str) -> pa.Array:
+        """A (possibly nested, dotted) call field; null wherever a parent is null."""
+        array = self.calls
+        for name in path.split("."):
+            array = pc.struct_field(array, name)
+        return array
+
+    def any_per_row(self, mask) -> np.ndarray:
+        """For each row: does any of its calls have `mask` set?"""
+        return np.bincount(self.row[np.asarray(mask, bool)], minlength=self.num_rows) > 0
+
+    def all_per_row(self, mask) -> np.ndarray:
+        return ~self.any_per_row(~np.asarray(mask, bool))
+
+
+def is_null(array) -> np.ndarray:
+    return np.asarray(array.is_null(), bool)
+
+
+def equals(array, value) -> np.ndarray:
+    """Element-wise array == value, with null as False."""
+    return np.asarray(pc.fill_null(pc.equal(array, value), False), bool)

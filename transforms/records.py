@@ -1,0 +1,97 @@
+"""Records shared by the stages: UNSCORED rows and per-trajectory counter tables."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import json
+
+import numpy as np
+import pyarrow as pa
+
+from scoring import metrics as m
+from scoring.contract import PIPELINE_ERROR
+from transforms import schema as s
+
+UNSCORED = "unscored"
+# Dead letters of the safety net: batches that raised unexpectedly.
+FAILED = "failed"
+# Bounds on what one record may say, so a hostile trajectory cannot bloat
+# the outputs through the detail text.
+MAX_DETAIL_CHARS = 2000
+
+
+def _json_default(value):
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return {"base64": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    return repr(value)
+
+
+def input_row_json(row: dict) -> str:
+    """The input row (extra columns included, provenance excluded) as JSON text."""
+    data = {k: v for k, v in row.items() if k not in (s.SOURCE_FILE, s.SOURCE_ROW)}
+    return json.dumps(data, sort_keys=True, default=_json_default, ensure_ascii=False)
+
+
+def bound_detail(detail: str) -> str:
+    if len(detail) <= MAX_DETAIL_CHARS:
+        return detail
+    return detail[: MAX_DETAIL_CHARS - 1] + "…"
+
+
+def unscored_table(rows, reasons, details) -> pa.Table:
+    """UNSCORED records for Python rows of a conformed batch and their reasons."""
+    return pa.Table.from_pydict(
+        {
+            "run_id": [r.get("run_id") for r in rows],
+            "agent": [r.get("agent") for r in rows],
+            "trajectory_id": [r.get("trajectory_id") for r in rows],
+            "reasons": [list(rs) for rs in reasons],
+            "detail": [bound_detail(d) for d in details],
+            "source_file": [r.get(s.SOURCE_FILE) for r in rows],
+            "source_row": [r.get(s.SOURCE_ROW) for r in rows],
+            "input_calls": [len(r.get("calls") or ()) for r in rows],
+            "input_row": [input_row_json(r) for r in rows],
+        },
+        schema=s.UNSCORED,
+    )
+
+
+def counts_table(run_id: pa.Array, agent: pa.Array, counters: dict) -> pa.Table:
+    """Per-trajectory counter vectors (scoring.metrics.COUNTERS) as a table.
+
+    Counters not given are zero, so every table has the same schema.
+    """
+    n = len(run_id)
+    columns = {"run_id": run_id, "agent": agent}
+    for name in m.COUNTERS:
+        value = counters.get(name)
+        columns[name] = np.zeros(n, np.int64) if value is None else np.asarray(value, np.int64)
+    return pa.table(columns)
+
+
+def unscored_counts(table: pa.Table) -> pa.Table:
+    """The counter table of a batch of UNSCORED records."""
+    n = table.num_rows
+    counters = {"trajectories_input": np.ones(n, np.int64), "calls_input": table["input_calls"].to_numpy()}
+    for i, reasons in enumerate(table["reasons"].to_pylist()):
+        for reason in reasons:
+            counters.setdefault(f"reason:{reason}", np.zeros(n, np.int64))[i] = 1
+    return counts_table(table["run_id"], table["agent"], counters)
+
+
+def failed_batch_to_unscored(failure) -> pa.Table:
+    """A batch that raised unexpectedly (the safety net's dead letter) as UNSCORED.
+
+    Every row is kept under reason pipeline_error, with the error named in the
+    detail, so the run still accounts for it.
+    """
+    batch, (error_type, error_repr, _traceback) = failure
+    detail = f"unexpected {getattr(error_type, '__name__', error_type)}: {error_repr}"
+    rows = batch.to_pylist()
+    return unscored_table(rows, [[PIPELINE_ERROR]] * len(rows), [detail] * len(rows))

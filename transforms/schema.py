@@ -1,0 +1,85 @@
+"""Arrow schemas of the input contract and of the pipeline's outputs."""
+
+import pyarrow as pa
+
+CONTEXT_FIELDS = [
+    pa.field("resolved_arguments", pa.string()),
+    pa.field("principal", pa.string()),
+    pa.field("policy_verdict", pa.string()),
+    pa.field("at", pa.timestamp("us", tz="UTC")),
+]
+CONTEXT = pa.struct(CONTEXT_FIELDS)
+COMMIT = pa.struct(
+    CONTEXT_FIELDS
+    + [
+        pa.field("outcome", pa.string()),
+        pa.field("status_code", pa.int32()),
+        pa.field("state_mutated", pa.bool_()),
+    ]
+)
+CALL = pa.struct(
+    [
+        pa.field("call_id", pa.string()),
+        pa.field("step", pa.int32()),
+        pa.field("tool", pa.string()),
+        pa.field("arguments", pa.string()),
+        pa.field("proposal", CONTEXT),
+        pa.field("commit", COMMIT),
+    ]
+)
+
+# The trajectory row of scoring-v1. Every field is nullable here: a null
+# required field is a completeness failure to report, not a read error.
+TRAJECTORY = pa.schema(
+    [
+        pa.field("schema_version", pa.string()),
+        pa.field("run_id", pa.string()),
+        pa.field("trajectory_id", pa.string()),
+        pa.field("agent", pa.string()),
+        pa.field("task_id", pa.string()),
+        pa.field("task_category", pa.string()),
+        pa.field("episode_outcome", pa.string()),
+        pa.field("verbal_stance", pa.string()),
+        pa.field("call_count", pa.int32()),
+        pa.field("calls", pa.list_(CALL)),
+    ]
+)
+
+# Provenance the reader adds to every row.
+SOURCE_FILE = "_source_file"
+SOURCE_ROW = "_source_row"
+PROVENANCE = [pa.field(SOURCE_FILE, pa.string()), pa.field(SOURCE_ROW, pa.int64())]
+
+SCORED = pa.schema(
+    [
+        pa.field("run_id", pa.string()),
+        pa.field("agent", pa.string()),
+        pa.field("trajectory_id", pa.string()),
+        pa.field("call_id", pa.string()),
+        pa.field("step", pa.int32()),
+        pa.field("tool", pa.string()),
+        pa.field("category", pa.string()),
+        pa.field("realized", pa.bool_()),
+        pa.field("proposal_verdict", pa.string()),
+        pa.field("commit_verdict", pa.string()),
+        pa.field("resolution_context", pa.string()),
+        pa.field("source_file", pa.string()),
+        pa.field("source_row", pa.int64()),
+    ]
+)
+
+UNSCORED = pa.schema(
+    [
+        pa.field("run_id", pa.string()),
+        pa.field("agent", pa.string()),
+        pa.field("trajectory_id", pa.string()),
+        pa.field("reasons", pa.list_(pa.string())),
+        pa.field("detail", pa.string()),
+        pa.field("source_file", pa.string()),
+        pa.field("source_row", pa.int64()),
+        # How many calls the input row holds (calls.input in metrics.json).
+        pa.field("input_calls", pa.int64()),
+        # The whole input row, extra columns included, as JSON text.
+        pa.field("input_row", pa.string()),
+    ]
+)
