@@ -19,4 +19,8 @@ def wilson_interval(successes: int, trials: int, z: float = Z95):
     denominator = 1 + z2 / trials
     centre = (p + z2 / (2 * trials)) / denominator
     half = z * math.sqrt(p * (1 - p) / trials + z2 / (4 * trials * trials)) / denominator
-    return [max(0.0, centre - half), min(1.0, centre + half)]
+    # At 0 and at `trials` successes the bound is exactly 0 or 1; rounding
+    # would otherwise leave a 1e-17 there.
+    low = 0.0 if successes == 0 else centre - half
+    high = 1.0 if successes == trials else centre + half
+    return [low, high]

@@ -1,0 +1,1 @@
+"""The scoring job: options, graph, command line."""

@@ -1,0 +1,113 @@
+"""The vectorized stages agree with the reference rules on random trajectories.
+
+Hypothesis draws adversarial trajectories; each is judged one at a time by
+scoring.trajectory and, as Arrow batches, by the pipeline's stages. Categories
+of every scored call, reasons of every unscored trajectory and the whole
+metrics document must be equal.
+"""
+
+import json
+import tempfile
+from pathlib import Path
+
+import apache_beam as beam
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipeline.graph import ScoreTrajectories
+from scoring import contract as c
+from scoring import metrics as m
+from scoring.trajectory import check_completeness, score_trajectory
+from tests import builders as b
+from tests.strategies import trajectory_lists
+from transforms.classify import ClassifyFn
+from transforms.completeness import CheckCompletenessFn, incomplete_rows
+from transforms.metrics import RunMetricsCombineFn
+from transforms.read import conform_batch
+from transforms.records import unscored_counts
+from transforms.resolve import ResolveContextsFn
+
+MODES = st.sampled_from(c.MODES)
+
+
+def reference(rows, mode):
+    """(scored calls, unscored reasons, metrics document) by the reference rules."""
+    calls, unscored, groups = set(), {}, {}
+    for row in rows:
+        score = score_trajectory(row, mode)
+        counts = m.trajectory_counts(row, score, len(row["calls"] or ()))
+        m.add_counts(groups.setdefault((row["run_id"], row["agent"]), m.zero_counts()), counts)
+        if score.scored:
+            calls |= {(row["trajectory_id"], call["call_id"], s.category, s.proposal_verdict, s.commit_verdict,
+                       s.realized) for call, s in zip(row["calls"], score.calls)}
+        else:
+            unscored[row["trajectory_id"]] = score.reasons
+    return calls, unscored, m.metrics_document(groups, mode)
+
+
+def split(outputs):
+    main, tagged = [], {}
+    for out in outputs:
+        if isinstance(out, beam.pvalue.TaggedOutput):
+            tagged.setdefault(out.tag, []).append(out.value)
+        else:
+            main.append(out)
+    return main, tagged
+
+
+def vectorized(rows, mode, batch_rows):
+    """The same three results from the stages' DoFns, batch by batch."""
+    scored_tables, unscored_tables, counts_tables = [], [], []
+    for raw in b.table(rows).to_batches(max_chunksize=batch_rows):
+        batch, _ = conform_batch(raw, "memory", 0)
+        complete, tagged = split(CheckCompletenessFn().process(batch))
+        unscored_tables += tagged.get("unscored", [])
+        for good in complete:
+            resolved, tagged = split(ResolveContextsFn(mode).process(good))
+            unscored_tables += tagged.get("unscored", [])
+            for item in resolved:
+                scored, tagged = split(ClassifyFn(mode).process(item))
+                scored_tables += scored
+                counts_tables += tagged.get("counts", [])
+    calls = {
+        (r["trajectory_id"], r["call_id"], r["category"], r["proposal_verdict"], r["commit_verdict"], r["realized"])
+        for t in scored_tables for r in t.to_pylist()
+    }
+    unscored = {r["trajectory_id"]: r["reasons"] for t in unscored_tables for r in t.to_pylist()}
+    fn = RunMetricsCombineFn(mode)
+    acc = fn.create_accumulator()
+    for t in counts_tables + [unscored_counts(t) for t in unscored_tables]:
+        acc = fn.add_input(acc, t)
+    return calls, unscored, fn.extract_output(acc)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(rows=trajectory_lists(), mode=MODES, batch_rows=st.integers(1, 16))
+def test_stages_agree_with_reference(rows, mode, batch_rows):
+    assert vectorized(rows, mode, batch_rows) == reference(rows, mode)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(rows=trajectory_lists())
+def test_completeness_filter_misses_no_incomplete_row(rows):
+    for raw in b.table(rows).to_batches():
+        batch, _ = conform_batch(raw, "memory", 0)
+        for row, suspect in zip(raw.to_pylist(), incomplete_rows(batch)):
+            if not suspect:
+                assert check_completeness(row)[0] == []
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(rows=trajectory_lists(max_size=25), mode=MODES)
+def test_pipeline_metrics_equal_reference(rows, mode):
+    with tempfile.TemporaryDirectory() as folder:
+        b.write_shard(Path(folder) / "a.parquet", rows[::2], row_group_size=3)
+        b.write_shard(Path(folder) / "b.parquet", rows[1::2])
+        with TestPipeline(runner="FnApiRunner") as p:
+            outputs = p | ScoreTrajectories([str(Path(folder) / "*.parquet")], mode, batch_rows=4)
+            assert_that(
+                outputs["metrics"] | beam.Map(lambda doc: json.dumps(doc, sort_keys=True)),
+                equal_to([json.dumps(reference(rows, mode)[2], sort_keys=True)]),
+            )
