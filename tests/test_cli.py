@@ -1,0 +1,147 @@
+"""End to end through the command line: generate -> score -> outputs."""
+
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline import synthetic
+from pipeline.cli import main
+from tests import builders as b
+from tests.conftest import RUNNER, load_json
+from transforms import schema as s
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("generated")
+    assert main(["generate", "--output", str(folder), "--trajectories", "3000", "--shards", "3", "--seed", "7"]) == 0
+    return folder
+
+
+def group_fields(doc):
+    return doc["trajectories"], doc["calls"]
+
+
+@pytest.mark.parametrize("mode", ["commit", "strict", "proposal"])
+def test_every_trajectory_and_call_is_accounted_for(generated, score_cli, mode):
+    code, out = score_cli([generated / "*.parquet"], "--adjudication", mode)
+    assert code == 0
+    metrics = load_json(out / "metrics.json")
+    source = pq.read_table(generated)
+    calls_in = sum(len(calls or ()) for calls in source["calls"].to_pylist())
+    for doc in metrics["groups"] + [metrics["totals"]]:
+        trajectories, calls = group_fields(doc)
+        assert trajectories["input"] == trajectories["scored"] + trajectories["unscored"]
+        assert calls["scored"] == sum(calls["by_category"].values())
+    totals = metrics["totals"]
+    assert totals["trajectories"]["input"] == source.num_rows == 3000
+    assert totals["calls"]["input"] == calls_in
+    assert pq.read_table(out / "scored").num_rows == totals["calls"]["scored"]
+    unscored = pq.read_table(out / "unscored")
+    assert unscored.num_rows == totals["trajectories"]["unscored"] > 0
+    scored_ids = set(pq.read_table(out / "scored")["trajectory_id"].to_pylist())
+    assert scored_ids.isdisjoint(unscored["trajectory_id"].to_pylist())
+    manifest = load_json(out / "manifest.json")
+    assert manifest["input_rows"] == 3000 and len(manifest["inputs"]) == 3
+    assert manifest["options"]["adjudication"] == mode
+    assert (out / "_SUCCESS").exists()
+
+
+@pytest.mark.parametrize("seed", [0, 11])
+def test_reference_1200_observation(tmp_path, score_cli, seed):
+    synthetic.generate(str(tmp_path / "ref"), 1200, 4, seed, "reference-1200")
+    code, out = score_cli([tmp_path / "ref" / "*.parquet"])
+    assert code == 0
+    totals = load_json(out / "metrics.json")["totals"]
+    assert totals["trajectories"]["input"] == 1200
+    assert (totals["over_penalized"], totals["under_penalized"]) == (37, 9)
+
+
+def test_no_matching_input_is_one_clear_line(tmp_path, capsys):
+    assert main(["score", "--input", str(tmp_path / "none-*.parquet"), "--output", str(tmp_path / "o"), *RUNNER]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no file matches --input" in err[0]
+    assert not (tmp_path / "o").exists()
+
+
+def test_output_holding_another_run_is_refused(generated, score_cli, capsys):
+    code, out = score_cli([generated / "*.parquet"])
+    assert code == 0
+    capsys.readouterr()
+    again = main(["score", "--input", str(generated / "*.parquet"), "--output", str(out), *RUNNER])
+    assert again == 2
+    assert "is not empty" in capsys.readouterr().err
+
+
+def test_unknown_mode_is_refused(generated, tmp_path, capsys):
+    code = main(["score", "--input", str(generated / "*.parquet"), "--output", str(tmp_path / "o"),
+                 "--adjudication", "lenient", *RUNNER])
+    assert code == 2
+    assert "unknown adjudication mode 'lenient'" in capsys.readouterr().err
+
+
+def test_missing_column_is_reported_by_file_and_column_and_rows_kept(tmp_path, score_cli, capsys):
+    good = b.trajectory("ok", b.calls_of(("allow", b.commit())))
+    b.write_shard(tmp_path / "good.parquet", [good])
+    broken = b.table([dict(good, trajectory_id="x1"), dict(good, trajectory_id="x2")]).drop_columns(["agent"])
+    pq.write_table(broken, tmp_path / "broken.parquet")
+    code, out = score_cli([tmp_path / "*.parquet"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "broken.parquet" in printed and "'agent' is absent" in printed
+    manifest = load_json(out / "manifest.json")
+    report = next(r for r in manifest["inputs"] if r["file"].endswith("broken.parquet"))
+    assert report["issues"] == ["column 'agent' is absent"]
+    totals = load_json(out / "metrics.json")["totals"]
+    assert totals["trajectories"]["input"] == 3
+    assert totals["trajectories"]["unscored_by_reason"]["missing_field"] == 2
+
+
+def test_column_types_are_conformed_or_named(tmp_path, score_cli):
+    good = b.trajectory("ok", b.calls_of(("allow", b.commit())))
+    wider = s.TRAJECTORY.set(8, pa.field("call_count", pa.int64())).set(1, pa.field("run_id", pa.large_string()))
+    b.write_shard(tmp_path / "wider.parquet", [good], schema=wider)
+    text = s.TRAJECTORY.set(8, pa.field("call_count", pa.string()))
+    b.write_shard(tmp_path / "text.parquet", [dict(good, trajectory_id="t2", call_count="many")], schema=text)
+    code, out = score_cli([tmp_path / "*.parquet"])
+    assert code == 0
+    reports = {r["file"].rsplit("/", 1)[1]: r for r in load_json(out / "manifest.json")["inputs"]}
+    assert reports["wider.parquet"]["issues"] == []
+    assert reports["text.parquet"]["issues"] == ["column 'call_count' has type string, expected int32"]
+    totals = load_json(out / "metrics.json")["totals"]
+    assert totals["trajectories"]["scored"] == 1 and totals["trajectories"]["unscored_by_reason"]["missing_field"] == 1
+
+
+def test_corrupt_shard_is_named_and_the_rest_is_scored(tmp_path, score_cli, capsys):
+    b.write_shard(tmp_path / "good.parquet", [b.trajectory("ok", b.calls_of(("allow", b.commit())))])
+    (tmp_path / "corrupt.parquet").write_bytes(b"PAR1 this is not parquet PAR1")
+    code, out = score_cli([tmp_path / "*.parquet"])
+    assert code == 4
+    assert "corrupt.parquet unreadable" in capsys.readouterr().out
+    manifest = load_json(out / "manifest.json")
+    assert [f.rsplit("/", 1)[1] for f in manifest["unreadable_files"]] == ["corrupt.parquet"]
+    assert load_json(out / "metrics.json")["totals"]["trajectories"]["scored"] == 1
+
+
+def test_hostile_strings_reach_the_terminal_escaped(tmp_path, score_cli, capsys):
+    row = b.trajectory("t", b.calls_of(("allow", b.commit())), agent="\x1b[2J\x1b]0;pwned\x07evil")
+    b.write_shard(tmp_path / "x.parquet", [row])
+    code, out = score_cli([tmp_path / "x.parquet"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "\x1b" not in printed and "\\x1b[2J" in printed
+    assert load_json(out / "metrics.json")["groups"][0]["agent"] == row["agent"]
+
+
+def test_module_entry_point_and_demo(tmp_path):
+    demo = tmp_path / "demo"
+    for _ in range(2):  # a second demo replaces the first one's folder
+        done = subprocess.run([sys.executable, "-m", "pipeline", "demo", "--output", str(demo), *RUNNER],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert "TOTAL" in done.stdout and "outputs:" in done.stdout
+    totals = load_json(demo / "out" / "metrics.json")["totals"]
+    assert (totals["over_penalized"], totals["under_penalized"]) == (37, 9)
