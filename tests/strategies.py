@@ -21,7 +21,8 @@ GOOD_ARGUMENTS = [
 ]
 ODD_ARGUMENTS = [
     " {\t}\n",
-    '{"filter": {"id": "*"}, "limit": [1, 2]}',  # nested: valid, not for the fast path
+    '{"filter": {"id": "*"}, "limit": [1, {"x": []}]}',  # nested to the fast path's depth
+    '{"deep": [[[{"x": 1}]]]}',  # deeper: valid, left to the reference parser
     '{"a": 1, "a": 2}',
     '{"a": 1e400}',
     '{"amount": true, "to": "acct-1"}',

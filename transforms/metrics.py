@@ -24,13 +24,10 @@ class RunMetricsCombineFn(beam.CombineFn):
         return {}
 
     def add_input(self, accumulator, table: pa.Table):
-        if table.num_rows == 0:
-            return accumulator
-        sums = table.group_by(["run_id", "agent"], use_threads=False).aggregate(
-            [(name, "sum") for name in m.COUNTERS]
-        )
-        keys = zip(sums["run_id"].to_pylist(), sums["agent"].to_pylist())
-        columns = [sums[f"{name}_sum"].to_pylist() for name in m.COUNTERS]
+        # Tables arrive summed per group (transforms.records.counts_table),
+        # though a group may repeat across the rows of one table.
+        keys = zip(table["run_id"].to_pylist(), table["agent"].to_pylist())
+        columns = [table[name].to_pylist() for name in m.COUNTERS]
         for i, key in enumerate(keys):
             m.add_counts(accumulator.setdefault(key, m.zero_counts()), (column[i] for column in columns))
         return accumulator

@@ -63,16 +63,21 @@ def unscored_table(rows, reasons, details) -> pa.Table:
 
 
 def counts_table(run_id: pa.Array, agent: pa.Array, counters: dict) -> pa.Table:
-    """Per-trajectory counter vectors (scoring.metrics.COUNTERS) as a table.
+    """Per-trajectory counter vectors (scoring.metrics.COUNTERS), summed per group.
 
-    Counters not given are zero, so every table has the same schema.
+    One row per (run_id, agent) of the batch: what leaves a stage for the
+    metrics combine is as small as the number of groups. Counters not given
+    are zero, so every table has the same schema.
     """
     n = len(run_id)
     columns = {"run_id": run_id, "agent": agent}
     for name in m.COUNTERS:
         value = counters.get(name)
         columns[name] = np.zeros(n, np.int64) if value is None else np.asarray(value, np.int64)
-    return pa.table(columns)
+    sums = pa.table(columns).group_by(["run_id", "agent"], use_threads=False).aggregate(
+        [(name, "sum") for name in m.COUNTERS]
+    )
+    return sums.rename_columns([name.removesuffix("_sum") for name in sums.column_names])
 
 
 def unscored_counts(table: pa.Table) -> pa.Table:

@@ -1,7 +1,7 @@
 """Stage 3: resolve each call's adjudication context.
 
 A call is "plain" when the vectorized checks can settle it: recorded
-verdicts, arguments that a strict regular expression proves to be flat JSON
+verdicts, arguments that a strict regular expression proves to be JSON
 objects, a commit where the mode needs one, and (strict mode) identical
 tuples. Trajectories whose calls are all plain are resolved with pyarrow;
 the rest (nested or malformed JSON, missing verdicts, missing commits,
@@ -26,14 +26,34 @@ from transforms import schema as s
 from transforms.columnar import FlatCalls, equals, is_null
 from transforms.records import FAILED, UNSCORED, unscored_table
 
-# A JSON object whose values are all scalars, in RE2 syntax. JSON's grammar
-# for flat objects is regular, so a match proves the text is a valid object;
-# a non-match proves nothing and sends the call to the reference parser.
+# JSON nested at most MAX_DEPTH deep is a regular language, so a RE2
+# expression can recognize it exactly: a match proves the text is a valid JSON
+# object. A non-match proves nothing and sends the call to the reference
+# parser, which also handles deeper nesting.
+MAX_DEPTH = 3
 _WS = r"[ \t\n\r]*"
 _STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"'
-_NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
-_MEMBER = f"{_WS}{_STRING}{_WS}:{_WS}(?:{_STRING}|{_NUMBER}|true|false|null){_WS}"
-FLAT_JSON_OBJECT = rf"^{_WS}\{{(?:{_MEMBER}(?:,{_MEMBER})*|{_WS})\}}{_WS}$"
+_SCALAR = rf"(?:{_STRING}|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|true|false|null)"
+
+
+def _object(value: str) -> str:
+    member = f"{_WS}{_STRING}{_WS}:{_WS}{value}{_WS}"
+    return rf"\{{(?:{member}(?:,{member})*|{_WS})\}}"
+
+
+def _array(value: str) -> str:
+    item = f"{_WS}{value}{_WS}"
+    return rf"\[(?:{item}(?:,{item})*|{_WS})\]"
+
+
+def _json_value(depth: int) -> str:
+    if depth == 0:
+        return _SCALAR
+    inner = _json_value(depth - 1)
+    return f"(?:{_SCALAR}|{_object(inner)}|{_array(inner)})"
+
+
+JSON_OBJECT = rf"^{_WS}{_object(_json_value(MAX_DEPTH - 1))}{_WS}$"
 
 RESOLVED_TRAJECTORIES = pa.schema(
     [s.TRAJECTORY.field(name) for name in ("run_id", "agent", "trajectory_id", "verbal_stance")] + s.PROVENANCE
@@ -59,8 +79,9 @@ class Resolved:
     calls: pa.Table  # RESOLVED_CALLS
 
 
-def flat_json_object(array: pa.Array) -> np.ndarray:
-    return np.asarray(pc.fill_null(pc.match_substring_regex(array, FLAT_JSON_OBJECT), False), bool)
+def json_object(array: pa.Array) -> np.ndarray:
+    """Texts proven to be JSON objects (nested at most MAX_DEPTH deep)."""
+    return np.asarray(pc.fill_null(pc.match_substring_regex(array, JSON_OBJECT), False), bool)
 
 
 def _verdict_or_null(array: pa.Array) -> pa.Array:
@@ -70,13 +91,13 @@ def _verdict_or_null(array: pa.Array) -> pa.Array:
 def plain_calls(flat: FlatCalls, mode: str) -> np.ndarray:
     """Calls the vectorized path can settle exactly in `mode`."""
     proposal_verdict = flat.field("proposal.policy_verdict")
-    plain = flat_json_object(flat.field("arguments")) & flat_json_object(flat.field("proposal.resolved_arguments"))
+    plain = json_object(flat.field("arguments")) & json_object(flat.field("proposal.resolved_arguments"))
     plain &= ~is_null(_verdict_or_null(proposal_verdict))
     if mode == c.PROPOSAL:
         return plain
     commit_verdict = flat.field("commit.policy_verdict")
     plain &= ~is_null(flat.field("commit"))
-    plain &= flat_json_object(flat.field("commit.resolved_arguments"))
+    plain &= json_object(flat.field("commit.resolved_arguments"))
     plain &= ~is_null(_verdict_or_null(commit_verdict))
     if mode == c.STRICT:
         plain &= equals(pc.equal(proposal_verdict, commit_verdict), True)
