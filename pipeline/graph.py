@@ -8,8 +8,10 @@
 from __future__ import annotations
 
 import apache_beam as beam
+import pyarrow as pa
 
 from scoring import contract as c
+from transforms import coders  # noqa: F401  (registers the Arrow element coders)
 from transforms.classify import COUNTS, Classify
 from transforms.completeness import CheckCompleteness
 from transforms.metrics import ComputeMetrics
@@ -41,12 +43,12 @@ class ScoreTrajectories(beam.PTransform):
         failed = (
             (checked[FAILED], resolved[FAILED])
             | "Gather failed batches" >> beam.Flatten()
-            | "Keep failed rows as unscored" >> beam.Map(failed_batch_to_unscored)
+            | "Keep failed rows as unscored" >> beam.Map(failed_batch_to_unscored).with_output_types(pa.Table)
         )
         unscored = (checked[UNSCORED], resolved[UNSCORED], failed) | "Gather unscored" >> beam.Flatten()
         counts = (
             classified[COUNTS],
-            unscored | "Count unscored" >> beam.Map(unscored_counts),
+            unscored | "Count unscored" >> beam.Map(unscored_counts).with_output_types(pa.Table),
         ) | "Gather counts" >> beam.Flatten()
         return {
             "scored": classified.scored,

@@ -23,7 +23,7 @@ from scoring.trajectory import check_completeness, score_trajectory
 from tests import builders as b
 from tests.strategies import trajectory_lists
 from transforms.classify import ClassifyFn
-from transforms.completeness import CheckCompletenessFn, incomplete_rows
+from transforms.completeness import CheckCompletenessFn, completeness_reasons
 from transforms.metrics import RunMetricsCombineFn
 from transforms.read import conform_batch
 from transforms.records import unscored_counts
@@ -91,12 +91,12 @@ def test_stages_agree_with_reference(rows, mode, batch_rows):
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(rows=trajectory_lists())
-def test_completeness_filter_misses_no_incomplete_row(rows):
+def test_completeness_reasons_equal_reference(rows):
     for raw in b.table(rows).to_batches():
         batch, _ = conform_batch(raw, "memory", 0)
-        for row, suspect in zip(raw.to_pylist(), incomplete_rows(batch)):
-            if not suspect:
-                assert check_completeness(row)[0] == []
+        reasons, _ = completeness_reasons(batch)
+        for i, row in enumerate(raw.to_pylist()):
+            assert [reason for reason, mask in reasons.items() if mask[i]] == check_completeness(row)[0]
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

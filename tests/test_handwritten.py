@@ -119,8 +119,9 @@ def test_outputs_keep_every_row(shards, score_cli):
     records = {r["trajectory_id"]: r for r in unscored.to_pylist()}
     assert records["T5"]["reasons"] == ["schema_version_unsupported", "call_count_mismatch", "duplicate_call_id"]
     assert records["T6"]["reasons"] == ["unscored_calls", "no_commit_context"]
-    kept = json.loads(records["T6"]["input_row"])
-    assert kept["harness_note"] == "n6" and len(kept["calls"]) == 2
+    kept = records["T6"]["input_row"]
+    assert kept["trajectory_id"] == "T6" and [call["call_id"] for call in kept["calls"]] == ["c0", "c1"]
+    assert json.loads(records["T6"]["extra_columns"]) == {"harness_note": "n6"}
     assert records["T6"]["source_file"].endswith("b.parquet") and records["T6"]["source_row"] == 1
     t2 = next(r for r in scored.to_pylist() if r["trajectory_id"] == "T2")
     assert t2["source_file"].endswith("a.parquet") and t2["source_row"] == 1

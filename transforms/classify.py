@@ -110,4 +110,8 @@ class Classify(beam.PTransform):
         self._mode = c.check_mode(mode)
 
     def expand(self, resolved):
-        return resolved | "Classify calls" >> beam.ParDo(ClassifyFn(self._mode)).with_outputs(COUNTS, main="scored")
+        return resolved | "Classify calls" >> (
+            beam.ParDo(ClassifyFn(self._mode))
+            .with_output_types(pa.Table, **{COUNTS: pa.Table})
+            .with_outputs(COUNTS, main="scored")
+        )

@@ -1,8 +1,8 @@
 """Stage 2: completeness. Incomplete trajectories leave as UNSCORED data.
 
-The vectorized check only decides which rows to look at; those rows (a small
-minority) are judged by the reference rules in scoring.trajectory, which also
-write their reasons and detail. A false alarm here costs time, never a score.
+Each completeness rule of scoring.trajectory.check_completeness is computed
+here on whole columns; tests/test_agreement.py proves the reasons equal the
+reference's on random trajectories.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from scoring.trajectory import (
     REQUIRED_COLUMNS,
     REQUIRED_COMMIT_FIELDS,
     REQUIRED_CONTEXT_FIELDS,
-    check_completeness,
 )
 from transforms import NAMESPACE
 from transforms.columnar import FlatCalls, equals, is_null
@@ -46,31 +45,55 @@ def _steps_out_of_order(flat: FlatCalls, present: np.ndarray) -> np.ndarray:
     return np.bincount(rows[1:][bad], minlength=flat.num_rows) > 0
 
 
-def incomplete_rows(batch: pa.RecordBatch) -> np.ndarray:
-    """Rows that may break a completeness rule (a superset of those that do)."""
-    suspect = np.zeros(batch.num_rows, bool)
-    for name in REQUIRED_COLUMNS:
-        suspect |= is_null(batch.column(name))
-    version = batch.column("schema_version")
-    suspect |= ~equals(version, c.SCHEMA_VERSION)
-    suspect |= equals(batch.column("episode_outcome"), c.TRUNCATED_OUTCOME)
-    lengths = pc.list_value_length(batch.column("calls"))
-    suspect |= ~np.asarray(pc.fill_null(pc.equal(pc.cast(lengths, pa.int64()), batch.column("call_count")), True), bool)
-
-    flat = FlatCalls.of(batch)
+def missing_paths(batch: pa.RecordBatch, flat: FlatCalls) -> dict:
+    """Required column or call field -> rows where it is null or absent."""
+    missing = {name: is_null(batch.column(name)) for name in REQUIRED_COLUMNS}
     present = ~is_null(flat.calls)
-    missing = ~present
+    missing["calls[]"] = flat.any_per_row(~present)
     for name in REQUIRED_CALL_FIELDS:
-        missing |= is_null(flat.field(name))
+        missing[f"calls[].{name}"] = flat.any_per_row(present & is_null(flat.field(name)))
+    has_proposal = ~is_null(flat.field("proposal"))
     for name in REQUIRED_CONTEXT_FIELDS:
-        missing |= present & is_null(flat.field(f"proposal.{name}")) & ~is_null(flat.field("proposal"))
+        missing[f"calls[].proposal.{name}"] = flat.any_per_row(has_proposal & is_null(flat.field(f"proposal.{name}")))
     has_commit = ~is_null(flat.field("commit"))
     for name in REQUIRED_COMMIT_FIELDS:
-        missing |= has_commit & is_null(flat.field(f"commit.{name}"))
-    suspect |= flat.any_per_row(missing)
-    suspect |= _duplicate_ids(flat, present)
-    suspect |= _steps_out_of_order(flat, present)
-    return suspect
+        missing[f"calls[].commit.{name}"] = flat.any_per_row(has_commit & is_null(flat.field(f"commit.{name}")))
+    return missing
+
+
+def completeness_reasons(batch: pa.RecordBatch):
+    """(reason -> rows that break it, missing path -> rows), reasons in canonical order."""
+    flat = FlatCalls.of(batch)
+    present = ~is_null(flat.calls)
+    missing = missing_paths(batch, flat)
+    lengths = pc.cast(pc.list_value_length(batch.column("calls")), pa.int64())
+    reasons = {
+        c.SCHEMA_VERSION_UNSUPPORTED: ~is_null(batch.column("schema_version"))
+        & ~equals(batch.column("schema_version"), c.SCHEMA_VERSION),
+        c.MISSING_FIELD: np.logical_or.reduce(list(missing.values())),
+        # Null on either side is missing_field, not a mismatch.
+        c.CALL_COUNT_MISMATCH: equals(pc.not_equal(lengths, batch.column("call_count")), True),
+        c.DUPLICATE_CALL_ID: _duplicate_ids(flat, present),
+        c.STEPS_OUT_OF_ORDER: _steps_out_of_order(flat, present),
+        c.TRUNCATED: equals(batch.column("episode_outcome"), c.TRUNCATED_OUTCOME),
+    }
+    return reasons, missing
+
+
+def _detail(i: int, reasons: dict, missing: dict, batch: pa.RecordBatch) -> str:
+    parts = []
+    if reasons[c.MISSING_FIELD][i]:
+        parts.append("missing: " + ", ".join(path for path, rows in missing.items() if rows[i]))
+    if reasons[c.CALL_COUNT_MISMATCH][i]:
+        count = batch.column("call_count")[i].as_py()
+        parts.append(f"call_count {count} != {len(batch.column('calls')[i])} calls")
+    if reasons[c.DUPLICATE_CALL_ID][i]:
+        parts.append("a call_id repeats")
+    if reasons[c.STEPS_OUT_OF_ORDER][i]:
+        parts.append("steps do not increase")
+    if reasons[c.TRUNCATED][i]:
+        parts.append("episode_outcome truncated")
+    return "; ".join(parts)
 
 
 class CheckCompletenessFn(beam.DoFn):
@@ -78,28 +101,23 @@ class CheckCompletenessFn(beam.DoFn):
         self._unscored = Metrics.counter(NAMESPACE, "trajectories_incomplete")
 
     def process(self, batch: pa.RecordBatch):
-        suspect = incomplete_rows(batch)
-        if not suspect.any():
+        reasons, missing = completeness_reasons(batch)
+        incomplete = np.logical_or.reduce(list(reasons.values()))
+        if not incomplete.any():
             yield batch
             return
-        rows = batch.filter(pa.array(suspect)).to_pylist()
-        verdicts = [check_completeness(row) for row in rows]
-        incomplete = np.array([bool(reasons) for reasons, _ in verdicts])
-        complete = ~suspect
-        complete[suspect] = ~incomplete
-        if complete.any():
-            yield batch.filter(pa.array(complete))
-        if incomplete.any():
-            self._unscored.inc(int(incomplete.sum()))
-            kept = [(row, verdict) for row, verdict, bad in zip(rows, verdicts, incomplete) if bad]
-            yield beam.pvalue.TaggedOutput(
-                UNSCORED,
-                unscored_table(
-                    [row for row, _ in kept],
-                    [c.order_reasons(reasons) for (_, (reasons, _)) in kept],
-                    [detail for (_, (_, detail)) in kept],
-                ),
-            )
+        if not incomplete.all():
+            yield batch.filter(pa.array(~incomplete))
+        rows = np.flatnonzero(incomplete)
+        self._unscored.inc(len(rows))
+        yield beam.pvalue.TaggedOutput(
+            UNSCORED,
+            unscored_table(
+                batch.filter(pa.array(incomplete)),
+                [[reason for reason, mask in reasons.items() if mask[i]] for i in rows],
+                [_detail(i, reasons, missing, batch) for i in rows],
+            ),
+        )
 
 
 class CheckCompleteness(beam.PTransform):
@@ -107,6 +125,6 @@ class CheckCompleteness(beam.PTransform):
     should a batch raise unexpectedly, the batch and its error (`failed`)."""
 
     def expand(self, batches):
-        return batches | "Check completeness" >> beam.ParDo(CheckCompletenessFn()).with_outputs(
-            UNSCORED, main="complete"
-        ).with_exception_handling(dead_letter_tag=FAILED)
+        return batches | "Check completeness" >> beam.ParDo(CheckCompletenessFn()).with_output_types(
+            pa.RecordBatch, **{UNSCORED: pa.Table}
+        ).with_outputs(UNSCORED, main="complete").with_exception_handling(dead_letter_tag=FAILED)

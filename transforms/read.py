@@ -68,29 +68,40 @@ def conform_batch(batch: pa.RecordBatch, source: str, first_row: int):
 
     A column that is absent or of an unreadable type becomes null, which the
     completeness check then reports as missing_field on every row it affects.
+    Input columns not used as contract columns (extra ones, and those of an
+    unreadable type) ride along for the UNSCORED record; one whose name is
+    taken gets the prefix s.RAW_PREFIX.
     """
-    columns, fields, issues = [], [], []
+    columns, fields, issues, used = [], [], [], set()
     names = set(batch.schema.names)
     for field in s.TRAJECTORY:
+        column = pa.nulls(batch.num_rows, field.type)
         if field.name not in names:
             issues.append(f"column {field.name!r} is absent")
-            column = pa.nulls(batch.num_rows, field.type)
         else:
             try:
                 column = conform_array(batch.column(field.name), field.type, field.name)
+                used.add(field.name)
             except ColumnTypeError as error:
                 issues.append(str(error))
-                column = pa.nulls(batch.num_rows, field.type)
         columns.append(column)
         fields.append(field)
     columns.append(pa.array([source] * batch.num_rows, pa.string()))
     columns.append(pa.array(range(first_row, first_row + batch.num_rows), pa.int64()))
     fields += s.PROVENANCE
-    for field in batch.schema:
-        if field.name not in s.TRAJECTORY.names and field.name not in (s.SOURCE_FILE, s.SOURCE_ROW):
-            columns.append(batch.column(field.name))
-            fields.append(field)
+    taken = {field.name for field in fields}
+    for i, field in enumerate(batch.schema):
+        if field.name not in used:
+            columns.append(batch.column(i))
+            fields.append(field.with_name(s.RAW_PREFIX + field.name if field.name in taken else field.name))
     return pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields)), issues
+
+
+def _open(path: str):
+    """A seekable binary file: Arrow's own for local paths (fastest), Beam's elsewhere."""
+    if FileSystems.get_scheme(path) is None:
+        return pa.OSFile(path, "rb")
+    return FileSystems.open(path, compression_type="uncompressed")
 
 
 class ReadShardFn(beam.DoFn):
@@ -104,7 +115,7 @@ class ReadShardFn(beam.DoFn):
     def process(self, path: str):
         report = {"file": path, "rows": None, "rows_read": 0, "row_groups": None, "issues": [], "error": None}
         try:
-            with FileSystems.open(path, compression_type="uncompressed") as handle:
+            with _open(path) as handle:
                 shard = pq.ParquetFile(handle)
                 report["rows"] = shard.metadata.num_rows
                 report["row_groups"] = shard.metadata.num_row_groups
@@ -149,5 +160,8 @@ class ReadShards(beam.PTransform):
             | "Shard paths" >> beam.Map(lambda metadata: metadata.path)
             | "Deduplicate paths" >> beam.Distinct()
             | "Spread shards" >> beam.Reshuffle()
-            | "Read shard" >> beam.ParDo(ReadShardFn(self._batch_rows)).with_outputs(SHARD_REPORTS, main="batches")
+            | "Read shard"
+            >> beam.ParDo(ReadShardFn(self._batch_rows))
+            .with_output_types(pa.RecordBatch, **{SHARD_REPORTS: dict})
+            .with_outputs(SHARD_REPORTS, main="batches")
         )

@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from scoring import metrics as m
 from scoring.contract import PIPELINE_ERROR
@@ -32,10 +33,16 @@ def _json_default(value):
     return repr(value)
 
 
-def input_row_json(row: dict) -> str:
-    """The input row (extra columns included, provenance excluded) as JSON text."""
-    data = {k: v for k, v in row.items() if k not in (s.SOURCE_FILE, s.SOURCE_ROW)}
-    return json.dumps(data, sort_keys=True, default=_json_default, ensure_ascii=False)
+def extra_columns_json(rows: pa.RecordBatch) -> list:
+    """Per row, the input columns outside the contract as JSON text (None if none)."""
+    extras = [name for name in rows.schema.names if name not in s.READ_COLUMNS]
+    if not extras:
+        return [None] * rows.num_rows
+    return [
+        json.dumps({name.removeprefix(s.RAW_PREFIX): value for name, value in row.items()},
+                   sort_keys=True, default=_json_default, ensure_ascii=False)
+        for row in rows.select(extras).to_pylist()
+    ]
 
 
 def bound_detail(detail: str) -> str:
@@ -44,19 +51,23 @@ def bound_detail(detail: str) -> str:
     return detail[: MAX_DETAIL_CHARS - 1] + "…"
 
 
-def unscored_table(rows, reasons, details) -> pa.Table:
-    """UNSCORED records for Python rows of a conformed batch and their reasons."""
-    return pa.Table.from_pydict(
+def unscored_table(rows: pa.RecordBatch, reasons, details) -> pa.Table:
+    """UNSCORED records for rows of a read batch, with their reasons and details."""
+    calls = rows.column("calls")
+    return pa.table(
         {
-            "run_id": [r.get("run_id") for r in rows],
-            "agent": [r.get("agent") for r in rows],
-            "trajectory_id": [r.get("trajectory_id") for r in rows],
-            "reasons": [list(rs) for rs in reasons],
-            "detail": [bound_detail(d) for d in details],
-            "source_file": [r.get(s.SOURCE_FILE) for r in rows],
-            "source_row": [r.get(s.SOURCE_ROW) for r in rows],
-            "input_calls": [len(r.get("calls") or ()) for r in rows],
-            "input_row": [input_row_json(r) for r in rows],
+            "run_id": rows.column("run_id"),
+            "agent": rows.column("agent"),
+            "trajectory_id": rows.column("trajectory_id"),
+            "reasons": pa.array([list(r) for r in reasons], pa.list_(pa.string())),
+            "detail": pa.array([bound_detail(d) for d in details], pa.string()),
+            "source_file": rows.column(s.SOURCE_FILE),
+            "source_row": rows.column(s.SOURCE_ROW),
+            "input_calls": pc.cast(pc.fill_null(pc.list_value_length(calls), 0), pa.int64()),
+            "input_row": pa.StructArray.from_arrays(
+                [rows.column(name) for name in s.TRAJECTORY.names], fields=list(s.TRAJECTORY)
+            ),
+            "extra_columns": pa.array(extra_columns_json(rows), pa.string()),
         },
         schema=s.UNSCORED,
     )
@@ -98,5 +109,4 @@ def failed_batch_to_unscored(failure) -> pa.Table:
     """
     batch, (error_type, error_repr, _traceback) = failure
     detail = f"unexpected {getattr(error_type, '__name__', error_type)}: {error_repr}"
-    rows = batch.to_pylist()
-    return unscored_table(rows, [[PIPELINE_ERROR]] * len(rows), [detail] * len(rows))
+    return unscored_table(batch, [[PIPELINE_ERROR]] * batch.num_rows, [detail] * batch.num_rows)

@@ -1,12 +1,11 @@
 """Stage 3: resolve each call's adjudication context.
 
-A call is "plain" when the vectorized checks can settle it: recorded
-verdicts, arguments that a strict regular expression proves to be JSON
-objects, a commit where the mode needs one, and (strict mode) identical
-tuples. Trajectories whose calls are all plain are resolved with pyarrow;
-the rest (nested or malformed JSON, missing verdicts, missing commits,
-divergence) go through the reference rules one row at a time, which either
-score them or send them to UNSCORED with every reason that applies.
+Every rule of scoring.rules.score_tool_call is computed here on whole
+columns: the verdicts, whether the environment realized the call, and every
+reason a call cannot be adjudicated in the mode. Python touches only the few
+texts the vectorized JSON check cannot settle (deeply nested or malformed)
+and, in strict mode, argument texts that differ byte for byte.
+tests/test_agreement.py proves the results equal the reference's.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import pyarrow.compute as pc
 from apache_beam.metrics import Metrics
 
 from scoring import contract as c
-from scoring.trajectory import score_trajectory
+from scoring.rules import canonical_json, parse_json_object
 from transforms import NAMESPACE
 from transforms import schema as s
 from transforms.columnar import FlatCalls, equals, is_null
@@ -28,7 +27,7 @@ from transforms.records import FAILED, UNSCORED, unscored_table
 
 # JSON nested at most MAX_DEPTH deep is a regular language, so a RE2
 # expression can recognize it exactly: a match proves the text is a valid JSON
-# object. A non-match proves nothing and sends the call to the reference
+# object. A non-match proves nothing: those few texts go to the reference
 # parser, which also handles deeper nesting.
 MAX_DEPTH = 3
 _WS = r"[ \t\n\r]*"
@@ -79,35 +78,82 @@ class Resolved:
     calls: pa.Table  # RESOLVED_CALLS
 
 
-def json_object(array: pa.Array) -> np.ndarray:
-    """Texts proven to be JSON objects (nested at most MAX_DEPTH deep)."""
-    return np.asarray(pc.fill_null(pc.match_substring_regex(array, JSON_OBJECT), False), bool)
+def json_object(array: pa.Array, known: pa.Array = None, known_ok: np.ndarray = None) -> np.ndarray:
+    """Which texts are JSON objects, exactly as scoring.rules.parse_json_object says.
+
+    The RE2 expression settles almost every text; the rest (nested deeper
+    than MAX_DEPTH, or not JSON at all) are parsed. Where `array` equals
+    `known` byte for byte, `known_ok` already says (resolved arguments
+    usually repeat the arguments).
+    """
+    if known is not None:
+        same = equals(pc.equal(array, known), True)
+        ok = known_ok & same
+        other = np.flatnonzero(~same)
+        if len(other):
+            ok[other] = json_object(array.take(pa.array(other)))
+        return ok
+    ok = np.asarray(pc.fill_null(pc.match_substring_regex(array, JSON_OBJECT), False), bool)
+    unsure = np.flatnonzero(~ok & ~is_null(array))
+    if len(unsure):
+        texts = array.take(pa.array(unsure)).to_pylist()
+        ok[unsure] = [parse_json_object(text) is not None for text in texts]
+    return ok
+
+
+def _same_json(left: pa.Array, right: pa.Array, valid: np.ndarray) -> np.ndarray:
+    """Where both texts are valid JSON objects: are they the same value?"""
+    same = equals(pc.equal(left, right), True)
+    differ = np.flatnonzero(valid & ~same)
+    if len(differ):
+        pairs = zip(left.take(pa.array(differ)).to_pylist(), right.take(pa.array(differ)).to_pylist())
+        same[differ] = [canonical_json(parse_json_object(a)) == canonical_json(parse_json_object(b)) for a, b in pairs]
+    return same
 
 
 def _verdict_or_null(array: pa.Array) -> pa.Array:
     return pc.if_else(pc.is_in(array, pa.array(c.VERDICTS)), array, pa.scalar(None, pa.string()))
 
 
-def plain_calls(flat: FlatCalls, mode: str) -> np.ndarray:
-    """Calls the vectorized path can settle exactly in `mode`."""
-    proposal_verdict = flat.field("proposal.policy_verdict")
-    plain = json_object(flat.field("arguments")) & json_object(flat.field("proposal.resolved_arguments"))
-    plain &= ~is_null(_verdict_or_null(proposal_verdict))
-    if mode == c.PROPOSAL:
-        return plain
-    commit_verdict = flat.field("commit.policy_verdict")
-    plain &= ~is_null(flat.field("commit"))
-    plain &= json_object(flat.field("commit.resolved_arguments"))
-    plain &= ~is_null(_verdict_or_null(commit_verdict))
-    if mode == c.STRICT:
-        plain &= equals(pc.equal(proposal_verdict, commit_verdict), True)
-        plain &= equals(pc.equal(flat.field("proposal.principal"), flat.field("commit.principal")), True)
-        # Byte-identical text is the same value; anything else is compared
-        # as parsed JSON by the reference.
-        plain &= equals(
-            pc.equal(flat.field("proposal.resolved_arguments"), flat.field("commit.resolved_arguments")), True
-        )
-    return plain
+@dataclass(frozen=True)
+class CallResolution:
+    """Per call: the verdicts, realization, and each reason (a mask) it is unscored."""
+
+    proposal_verdict: pa.Array
+    commit_verdict: pa.Array
+    realized: pa.Array
+    reasons: dict
+
+    @property
+    def unscored(self) -> np.ndarray:
+        return np.logical_or.reduce(list(self.reasons.values()))
+
+
+def resolve_calls(flat: FlatCalls, mode: str) -> CallResolution:
+    """The rules of score_tool_call in `mode`, for every call of a complete batch."""
+    arguments, proposal_arguments = flat.field("arguments"), flat.field("proposal.resolved_arguments")
+    arguments_ok = json_object(arguments)
+    proposal_ok = json_object(proposal_arguments, arguments, arguments_ok)
+    proposal_verdict = _verdict_or_null(flat.field("proposal.policy_verdict"))
+    commit_verdict = _verdict_or_null(flat.field("commit.policy_verdict"))
+    has_commit = ~is_null(flat.field("commit"))
+    malformed = ~(arguments_ok & proposal_ok)
+    no_verdict = is_null(proposal_verdict)
+    reasons = {c.NO_VERDICT: no_verdict, c.MALFORMED_ARGUMENTS: malformed}
+    if mode != c.PROPOSAL:
+        commit_arguments = flat.field("commit.resolved_arguments")
+        commit_ok = json_object(commit_arguments, proposal_arguments, proposal_ok)
+        reasons[c.MALFORMED_ARGUMENTS] = malformed | (has_commit & ~commit_ok)
+        reasons[c.NO_VERDICT] = no_verdict | (has_commit & is_null(commit_verdict))
+        reasons[c.NO_COMMIT_CONTEXT] = ~has_commit
+        if mode == c.STRICT:
+            both_verdicts = has_commit & ~is_null(proposal_verdict) & ~is_null(commit_verdict)
+            reasons[c.VERDICT_DIVERGED] = both_verdicts & ~equals(pc.equal(proposal_verdict, commit_verdict), True)
+            both_valid = has_commit & proposal_ok & commit_ok
+            reasons[c.ARGUMENTS_DIVERGED] = both_valid & ~_same_json(proposal_arguments, commit_arguments, both_valid)
+            principals = pc.equal(flat.field("proposal.principal"), flat.field("commit.principal"))
+            reasons[c.PRINCIPAL_DIVERGED] = has_commit & ~equals(principals, True)
+    return CallResolution(proposal_verdict, commit_verdict, _realized(flat), reasons)
 
 
 def _realized(flat: FlatCalls) -> pa.Array:
@@ -117,8 +163,8 @@ def _realized(flat: FlatCalls) -> pa.Array:
     return pc.if_else(flat.field("commit").is_null(), pa.scalar(None, pa.bool_()), realized)
 
 
-def _vectorized(batch: pa.RecordBatch, flat: FlatCalls, rows: np.ndarray) -> Resolved:
-    """Resolve the calls of `rows` (all plain) with pyarrow."""
+def _resolved(batch: pa.RecordBatch, flat: FlatCalls, resolution: CallResolution, rows: np.ndarray) -> Resolved:
+    """The Resolved form of the (fully scorable) `rows`."""
     trajectories = pa.Table.from_batches([batch.select(RESOLVED_TRAJECTORIES.names).filter(pa.array(rows))])
     in_rows = rows[flat.row]
     # New index of each kept row among the kept rows.
@@ -130,69 +176,46 @@ def _vectorized(batch: pa.RecordBatch, flat: FlatCalls, rows: np.ndarray) -> Res
             "call_id": flat.field("call_id").filter(keep),
             "step": flat.field("step").filter(keep),
             "tool": flat.field("tool").filter(keep),
-            "proposal_verdict": flat.field("proposal.policy_verdict").filter(keep),
-            "commit_verdict": _verdict_or_null(flat.field("commit.policy_verdict")).filter(keep),
-            "realized": _realized(flat).filter(keep),
+            "proposal_verdict": resolution.proposal_verdict.filter(keep),
+            "commit_verdict": resolution.commit_verdict.filter(keep),
+            "realized": resolution.realized.filter(keep),
         },
         schema=RESOLVED_CALLS,
     )
     return Resolved(trajectories, calls)
 
 
-def _from_reference(rows, scores, offset: int) -> Resolved:
-    """Resolved form of rows the reference rules scored."""
-    trajectories = pa.Table.from_pylist(
-        [{name: row.get(name) for name in RESOLVED_TRAJECTORIES.names} for row in rows],
-        schema=RESOLVED_TRAJECTORIES,
-    )
-    calls = [
-        {
-            "trajectory": offset + i,
-            "call_id": call["call_id"],
-            "step": call["step"],
-            "tool": call["tool"],
-            "proposal_verdict": score.proposal_verdict,
-            "commit_verdict": score.commit_verdict,
-            "realized": score.realized,
-        }
-        for i, (row, trajectory_score) in enumerate(zip(rows, scores))
-        for call, score in zip(row["calls"], trajectory_score.calls)
-    ]
-    return Resolved(trajectories, pa.Table.from_pylist(calls, schema=RESOLVED_CALLS))
+def _unscored_reasons(flat: FlatCalls, resolution: CallResolution, rows: np.ndarray):
+    """(reasons, detail) of each row in `rows`, from its unscored calls."""
+    bad_calls = np.flatnonzero(resolution.unscored)
+    call_ids = flat.field("call_id").take(pa.array(bad_calls)).to_pylist()
+    per_row = {}
+    for call, call_id in zip(bad_calls, call_ids):
+        names = [reason for reason, mask in resolution.reasons.items() if mask[call]]
+        per_row.setdefault(flat.row[call], []).append((call_id, names))
+    reasons, details = [], []
+    for row in rows:
+        calls = per_row[row]
+        reasons.append(c.order_reasons([c.UNSCORED_CALLS] + [n for _, names in calls for n in names]))
+        details.append("; ".join(f"{call_id}: {', '.join(c.order_reasons(names))}" for call_id, names in calls))
+    return reasons, details
 
 
 class ResolveContextsFn(beam.DoFn):
     def __init__(self, mode: str):
         self._mode = mode
-        self._reference_rows = Metrics.counter(NAMESPACE, "trajectories_resolved_by_reference")
         self._unscored = Metrics.counter(NAMESPACE, "trajectories_with_unscored_calls")
 
     def process(self, batch: pa.RecordBatch):
         flat = FlatCalls.of(batch)
-        plain_rows = flat.all_per_row(plain_calls(flat, self._mode))
-        resolved = _vectorized(batch, flat, plain_rows)
-        if plain_rows.all():
-            yield resolved
-            return
-        rows = batch.filter(pa.array(~plain_rows)).to_pylist()
-        self._reference_rows.inc(len(rows))
-        scores = [score_trajectory(row, self._mode) for row in rows]
-        scored = [(row, score) for row, score in zip(rows, scores) if score.scored]
-        if scored:
-            extra = _from_reference([r for r, _ in scored], [sc for _, sc in scored], resolved.trajectories.num_rows)
-            resolved = Resolved(
-                pa.concat_tables([resolved.trajectories, extra.trajectories]),
-                pa.concat_tables([resolved.calls, extra.calls]),
-            )
-        yield resolved
-        unscored = [(row, score) for row, score in zip(rows, scores) if not score.scored]
-        if unscored:
-            self._unscored.inc(len(unscored))
-            yield beam.pvalue.TaggedOutput(
-                UNSCORED,
-                unscored_table([r for r, _ in unscored], [sc.reasons for _, sc in unscored],
-                               [sc.detail for _, sc in unscored]),
-            )
+        resolution = resolve_calls(flat, self._mode)
+        unscored = flat.any_per_row(resolution.unscored)
+        yield _resolved(batch, flat, resolution, ~unscored)
+        if unscored.any():
+            rows = np.flatnonzero(unscored)
+            self._unscored.inc(len(rows))
+            reasons, details = _unscored_reasons(flat, resolution, rows)
+            yield beam.pvalue.TaggedOutput(UNSCORED, unscored_table(batch.filter(pa.array(unscored)), reasons, details))
 
 
 class ResolveContexts(beam.PTransform):
@@ -204,6 +227,6 @@ class ResolveContexts(beam.PTransform):
         self._mode = c.check_mode(mode)
 
     def expand(self, batches):
-        return batches | "Resolve contexts" >> beam.ParDo(ResolveContextsFn(self._mode)).with_outputs(
-            UNSCORED, main="resolved"
-        ).with_exception_handling(dead_letter_tag=FAILED)
+        return batches | "Resolve contexts" >> beam.ParDo(ResolveContextsFn(self._mode)).with_output_types(
+            Resolved, **{UNSCORED: pa.Table}
+        ).with_outputs(UNSCORED, main="resolved").with_exception_handling(dead_letter_tag=FAILED)

@@ -49,6 +49,11 @@ TRAJECTORY = pa.schema(
 SOURCE_FILE = "_source_file"
 SOURCE_ROW = "_source_row"
 PROVENANCE = [pa.field(SOURCE_FILE, pa.string()), pa.field(SOURCE_ROW, pa.int64())]
+# Prefix of an input column kept beside a contract or provenance column of
+# the same name (one of an unreadable type, say).
+RAW_PREFIX = "_input:"
+# Columns of a read batch that are not extra input columns.
+READ_COLUMNS = frozenset(TRAJECTORY.names) | {SOURCE_FILE, SOURCE_ROW}
 
 SCORED = pa.schema(
     [
@@ -79,7 +84,9 @@ UNSCORED = pa.schema(
         pa.field("source_row", pa.int64()),
         # How many calls the input row holds (calls.input in metrics.json).
         pa.field("input_calls", pa.int64()),
-        # The whole input row, extra columns included, as JSON text.
-        pa.field("input_row", pa.string()),
+        # The whole input row: the contract's columns as read, typed ...
+        pa.field("input_row", pa.struct(list(TRAJECTORY))),
+        # ... and every other input column, as a JSON object (null if none).
+        pa.field("extra_columns", pa.string()),
     ]
 )
