@@ -14,7 +14,7 @@ import apache_beam as beam
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from apache_beam.io import fileio
+from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
@@ -22,7 +22,7 @@ from transforms import NAMESPACE
 from transforms import schema as s
 
 SHARD_REPORTS = "shard_reports"
-DEFAULT_BATCH_ROWS = 4096
+DEFAULT_BATCH_ROWS = 16384
 
 # Errors that mean "this file is not a readable Parquet shard".
 _UNREADABLE = (pa.ArrowException, OSError, EOFError, ValueError)
@@ -134,11 +134,31 @@ class ReadShardFn(beam.DoFn):
         yield beam.pvalue.TaggedOutput(SHARD_REPORTS, report)
 
 
+class NoMatchingShards(ValueError):
+    """An input path or glob that matches no file."""
+
+
+def match_shards(patterns) -> list:
+    """The sorted, distinct files the patterns match; every pattern must match."""
+    files = set()
+    for pattern in patterns:
+        try:
+            matched = FileSystems.match([pattern])[0].metadata_list
+        except BeamIOError:
+            matched = []
+        if not matched:
+            raise NoMatchingShards(f"no file matches --input {pattern!r}")
+        files.update(metadata.path for metadata in matched)
+    return sorted(files)
+
+
 class ReadShards(beam.PTransform):
     """Paths or globs -> Arrow record batches of trajectories, and shard reports.
 
-    Returns a DoOutputsTuple: the main output holds the batches,
-    `[SHARD_REPORTS]` one dict per file for the manifest.
+    The globs are matched when the transform is built, so a pattern that
+    matches nothing fails before any work is launched. Returns a
+    DoOutputsTuple: the main output holds the batches, `[SHARD_REPORTS]` one
+    dict per file for the manifest.
     """
 
     def __init__(self, patterns, batch_rows: int = DEFAULT_BATCH_ROWS):
@@ -149,16 +169,14 @@ class ReadShards(beam.PTransform):
             raise ValueError("ReadShards needs at least one input path or glob")
         if batch_rows < 1:
             raise ValueError(f"batch_rows must be positive, got {batch_rows}")
-        self._patterns = list(patterns)
+        self._files = match_shards(patterns)
         self._batch_rows = batch_rows
 
     def expand(self, pbegin):
         return (
             pbegin
-            | "Input patterns" >> beam.Create(self._patterns)
-            | "Match shards" >> fileio.MatchAll(empty_match_treatment=fileio.EmptyMatchTreatment.DISALLOW)
-            | "Shard paths" >> beam.Map(lambda metadata: metadata.path)
-            | "Deduplicate paths" >> beam.Distinct()
+            | "Shard files" >> beam.Create(self._files)
+            # Spread the files over workers: one shard is one unit of work.
             | "Spread shards" >> beam.Reshuffle()
             | "Read shard"
             >> beam.ParDo(ReadShardFn(self._batch_rows))
