@@ -81,21 +81,25 @@ class ClassifyFn(beam.DoFn):
         )
 
         take = lambda name: pc.take(trajectories[name], owner)  # noqa: E731
+        # Encoded once per trajectory, so repeating them per call moves indices.
+        take_categorical = lambda name: pc.take(pc.dictionary_encode(trajectories[name]), owner)  # noqa: E731
         context = c.RESOLVED_AT_PROPOSAL if self._mode == c.PROPOSAL else c.RESOLVED_AT_COMMIT
         yield pa.table(
             {
-                "run_id": take("run_id"),
-                "agent": take("agent"),
+                "run_id": take_categorical("run_id"),
+                "agent": take_categorical("agent"),
                 "trajectory_id": take("trajectory_id"),
                 "call_id": calls["call_id"],
                 "step": calls["step"],
                 "tool": calls["tool"],
-                "category": pc.take(pa.array(names, pa.string()), codes),
+                "category": pa.DictionaryArray.from_arrays(codes.astype(np.int32), pa.array(names, pa.string())),
                 "realized": calls["realized"],
                 "proposal_verdict": calls["proposal_verdict"],
                 "commit_verdict": calls["commit_verdict"],
-                "resolution_context": pa.array([context] * calls.num_rows, pa.string()),
-                "source_file": take(s.SOURCE_FILE),
+                "resolution_context": pa.DictionaryArray.from_arrays(
+                    np.zeros(calls.num_rows, np.int32), pa.array([context], pa.string())
+                ),
+                "source_file": take_categorical(s.SOURCE_FILE),
                 "source_row": take(s.SOURCE_ROW),
             },
             schema=s.SCORED,

@@ -55,20 +55,23 @@ RAW_PREFIX = "_input:"
 # Columns of a read batch that are not extra input columns.
 READ_COLUMNS = frozenset(TRAJECTORY.names) | {SOURCE_FILE, SOURCE_ROW}
 
+# Columns with few distinct values per run are dictionary-encoded: a million
+# scored calls repeat a handful of runs, agents, categories and shard paths.
+CATEGORICAL = pa.dictionary(pa.int32(), pa.string())
 SCORED = pa.schema(
     [
-        pa.field("run_id", pa.string()),
-        pa.field("agent", pa.string()),
+        pa.field("run_id", CATEGORICAL),
+        pa.field("agent", CATEGORICAL),
         pa.field("trajectory_id", pa.string()),
         pa.field("call_id", pa.string()),
         pa.field("step", pa.int32()),
         pa.field("tool", pa.string()),
-        pa.field("category", pa.string()),
+        pa.field("category", CATEGORICAL),
         pa.field("realized", pa.bool_()),
         pa.field("proposal_verdict", pa.string()),
         pa.field("commit_verdict", pa.string()),
-        pa.field("resolution_context", pa.string()),
-        pa.field("source_file", pa.string()),
+        pa.field("resolution_context", CATEGORICAL),
+        pa.field("source_file", CATEGORICAL),
         pa.field("source_row", pa.int64()),
     ]
 )
