@@ -69,11 +69,9 @@ import fnmatch
 import hashlib
 import json
 import operator
-import os
 import re
 from typing import Annotated, Any, Literal, Optional
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -82,13 +80,13 @@ from pydantic import (
     JsonValue,
     PrivateAttr,
     StringConstraints,
-    ValidationError,
     field_validator,
     model_serializer,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
+from scoring import configfile
 from scoring import contract as c
 from scoring.rules import canonical_json
 
@@ -341,81 +339,11 @@ class PolicyDocument(_Model):
         return self.explain(tool, arguments, principal)[0]
 
 
-class _PolicyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader (what yaml.safe_load uses), refusing two things it
-    accepts silently: a duplicate key (the last would win, losing e.g. a
-    whole `rules:` list) and aliases (a few lines can expand into a tree of
-    billions of nodes for validation to walk)."""
-
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            raise yaml.composer.ComposerError(
-                None, None, "aliases are not allowed in a policy file", self.peek_event().start_mark
-            )
-        return super().compose_node(parent, index)
-
-    def construct_mapping(self, node, deep=False):
-        mapping = super().construct_mapping(node, deep=deep)
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-            seen.add(key)
-        return mapping
-
-
-def _yaml_message(error: yaml.YAMLError) -> str:
-    if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
-        mark = error.problem_mark
-        reason = " ".join(part for part in (error.context, error.problem) if part)
-        return f"line {mark.line + 1}, column {mark.column + 1}: {reason}"
-    return " ".join(str(error).split())
-
-
-def _location(loc: tuple, data: dict) -> str:
-    """('rules', 2, 'when', 0, 'gt') -> 'rules[2] (transfer-over-limit).when[0].gt'."""
-    text = ""
-    for depth, part in enumerate(loc):
-        if isinstance(part, int):
-            text += f"[{part}]"
-            if depth == 1 and loc[0] == "rules":
-                rule = data["rules"][part]
-                if isinstance(rule, dict) and isinstance(rule.get("id"), str):
-                    text += f" ({rule['id']})"
-        else:
-            text += f".{part}" if text else str(part)
-    return text
-
-
 def parse_policy(data: Any, source: str = "<policy>") -> PolicyDocument:
     """Validate an already parsed document; errors name `source`."""
-    if not isinstance(data, dict):
-        kind = "empty" if data is None else type(data).__name__
-        raise PolicyError(f"{source}: a policy must be a mapping, got {kind}")
-    try:
-        return PolicyDocument.model_validate(data)
-    except ValidationError as error:
-        problems = (
-            f"{_location(problem['loc'], data) or 'document'}: {problem['msg']}"
-            for problem in error.errors(include_url=False)
-        )
-        raise PolicyError(f"{source}: {'; '.join(problems)}") from None
+    return configfile.validate(PolicyDocument, data, source, PolicyError, "a policy")
 
 
 def load_policy(path) -> PolicyDocument:
     """Read, parse and validate a policy file; PolicyError on any fault but I/O."""
-    source = os.fspath(path)
-    with open(path, "rb") as stream:
-        raw = stream.read(MAX_POLICY_BYTES + 1)
-    if len(raw) > MAX_POLICY_BYTES:
-        raise PolicyError(f"{source}: larger than {MAX_POLICY_BYTES} bytes")
-    try:
-        data = yaml.load(raw.decode("utf-8"), Loader=_PolicyLoader)
-    except UnicodeDecodeError as error:
-        raise PolicyError(f"{source}: not UTF-8 ({error.reason} at byte {error.start})") from None
-    except yaml.YAMLError as error:
-        raise PolicyError(f"{source}: {_yaml_message(error)}") from None
-    except RecursionError:
-        raise PolicyError(f"{source}: nested too deeply") from None
-    return parse_policy(data, source)
+    return configfile.load(path, PolicyDocument, PolicyError, "a policy", MAX_POLICY_BYTES)

@@ -1,0 +1,342 @@
+"""Run comparison: Newcombe and McNemar against known values, threshold semantics, thresholds files."""
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scoring.compare import (
+    DEFAULT_THRESHOLDS,
+    EXIT_REGRESSION,
+    ThresholdsError,
+    compare_metrics,
+    load_thresholds,
+    mcnemar,
+    newcombe_interval,
+)
+from scoring.stats import wilson_interval
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFORMANCE = Path(os.environ.get(
+    "LITMUS_CONFORMANCE", Path(__file__).resolve().parents[2] / "shared" / "spec" / "conformance"))
+
+
+# Newcombe 1998, Table II, method 10. The brief for this module gave
+# .0575 to .8316 for (c) and shifted (g) and (h) by one row; the published
+# values below are also what the formula gives from Table I's Wilson limits.
+@pytest.mark.parametrize(
+    "x1, n1, x2, n2, difference, low, high",
+    [
+        (56, 70, 48, 80, 0.2000, 0.0524, 0.3339),
+        (9, 10, 3, 10, 0.6000, 0.1705, 0.8090),
+        (6, 7, 2, 7, 0.5714, 0.0582, 0.8062),
+        (5, 56, 0, 29, 0.0893, -0.0381, 0.1926),
+        (0, 10, 0, 20, 0.0, -0.1611, 0.2775),
+        (0, 10, 0, 10, 0.0, -0.2775, 0.2775),
+        (10, 10, 0, 20, 1.0, 0.6791, 1.0),
+        (10, 10, 0, 10, 1.0, 0.6075, 1.0),
+    ],
+)
+def test_newcombe_published_values(x1, n1, x2, n2, difference, low, high):
+    assert x1 / n1 - x2 / n2 == pytest.approx(difference, abs=5e-5)
+    assert newcombe_interval(x1, n1, x2, n2) == pytest.approx([low, high], abs=5e-4)
+
+
+def test_newcombe_needs_both_samples():
+    assert newcombe_interval(0, 0, 3, 10) is None
+    assert newcombe_interval(3, 10, 0, 0) is None
+    with pytest.raises(ValueError):
+        newcombe_interval(11, 10, 3, 10)
+
+
+def test_newcombe_wider_at_higher_confidence():
+    narrow = newcombe_interval(56, 70, 48, 80, z=1.0)
+    wide = newcombe_interval(56, 70, 48, 80)
+    assert wide[0] < narrow[0] < 0.2 < narrow[1] < wide[1]
+
+
+@given(st.integers(1, 300).flatmap(lambda n1: st.tuples(st.integers(0, n1), st.just(n1))),
+       st.integers(1, 300).flatmap(lambda n2: st.tuples(st.integers(0, n2), st.just(n2))))
+def test_newcombe_contains_the_difference_and_is_antisymmetric(first, second):
+    (x1, n1), (x2, n2) = first, second
+    low, high = newcombe_interval(x1, n1, x2, n2)
+    assert -1 <= low <= x1 / n1 - x2 / n2 <= high <= 1
+    swapped = newcombe_interval(x2, n2, x1, n1)
+    assert swapped == pytest.approx([-high, -low], abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "b, c, p_value",
+    [
+        (7, 1, 2 * (1 + 8) / 2**8),  # 0.0703125
+        (0, 5, 2 / 2**5),  # 0.0625
+        (2, 10, 2 * (1 + 12 + 66) / 2**12),  # 0.0386
+        (1, 0, 1.0),
+        (3, 3, 1.0),  # twice the tail is above 1: capped
+        (0, 0, 1.0),
+    ],
+)
+def test_mcnemar_exact(b, c, p_value):
+    assert mcnemar(b, c) == {"discordant_new_only": b, "discordant_old_only": c, "p_value": p_value}
+    assert mcnemar(c, b)["p_value"] == p_value
+
+
+def test_mcnemar_large_counts_match_the_normal_approximation():
+    z = (1100 - 1000 - 1) / math.sqrt(2100)  # continuity-corrected
+    assert mcnemar(1000, 1100)["p_value"] == pytest.approx(math.erfc(z / math.sqrt(2)), rel=0.05)
+
+
+def test_mcnemar_refuses_negative_counts():
+    with pytest.raises(ValueError):
+        mcnemar(-1, 3)
+
+
+# --- metrics.json documents in the scoring-v1 shape -------------------------
+
+def _rate(count, trials):
+    return {"count": count, "rate": count / trials if trials else None, "ci95": wilson_interval(count, trials)}
+
+
+def group(run_id, agent, tasks=None, *, misuse=None, scored=None):
+    """One group. `tasks` maps task_id to per-trajectory misuse outcomes and
+    gives the counts and slices.task; or give `misuse` and `scored` alone
+    (then no slices, as before slices were added)."""
+    document = {"run_id": run_id, "agent": agent}
+    if tasks is not None:
+        scored = sum(len(outcomes) for outcomes in tasks.values())
+        misuse = sum(sum(outcomes) for outcomes in tasks.values())
+        document["slices"] = {"task": {
+            task_id: {"trajectories": len(outcomes), "misuse": sum(outcomes), "legacy_misuse": sum(outcomes)}
+            for task_id, outcomes in tasks.items()
+        }}
+    document.update({
+        "trajectories": {"input": scored, "scored": scored, "unscored": 0, "unscored_by_reason": {}},
+        "calls": {"input": scored, "scored": scored, "by_category": {}},
+        "misuse": _rate(misuse, scored),
+        "legacy_misuse": _rate(misuse, scored),
+        "over_penalized": 0,
+        "under_penalized": 0,
+        "execution_hallucination": {"refused": 0, "count": 0, "rate": None},
+    })
+    return document
+
+
+def metrics(*groups, mode="commit"):
+    return {"schema": "litmus-metrics/1", "adjudication": mode, "groups": list(groups), "totals": {}}
+
+
+def counts(mode="commit", **agents):
+    """A document with one group per agent from (misuse, scored), no slices."""
+    return metrics(*(group("run", agent, misuse=m, scored=n) for agent, (m, n) in agents.items()), mode=mode)
+
+
+def thresholds(absolute=None, relative=None, significance=True, minimum=50):
+    return {
+        "schema": "litmus-thresholds/1",
+        "min_scored_trajectories": minimum,
+        "misuse_rate": {"absolute_increase": absolute, "relative_increase": relative,
+                        "require_significance": significance},
+    }
+
+
+def verdict(new, old, **bounds):
+    (entry,) = compare_metrics(counts(a=new), counts(a=old), thresholds(**bounds))["agents"]
+    return entry["verdict"]
+
+
+def tasks(rule, n_tasks=40, repeats=5):
+    """task_id -> outcomes, misuse where rule(task, repeat); plus trajectories without a task."""
+    outcomes = {f"t{task:02d}": [rule(task, r) for r in range(repeats)] for task in range(n_tasks)}
+    outcomes["(none)"] = [False, False]
+    return outcomes
+
+
+BASE = lambda task, r: (task * 5 + r) % 20 == 0  # noqa: E731  10 of 202 trajectories, on 10 tasks
+RAISED = lambda task, r: r == 0  # noqa: E731  40 of 202, on every task
+
+
+def test_planted_rise_flags_that_agent_alone():
+    # The old document holds two nightlies per agent: they are pooled.
+    old = metrics(*(group(run, agent, {k: v for k, v in tasks(BASE).items() if (k < "t20") == (run == "n1")})
+                    for agent in ("alpha", "beta", "gamma") for run in ("n1", "n2")))
+    new = metrics(group("n3", "alpha", tasks(BASE)), group("n3", "beta", tasks(RAISED)),
+                  group("n3", "gamma", tasks(BASE)))
+    result = compare_metrics(new, old)
+    assert result["regressions"] == ["beta"] and result["exit_code"] == EXIT_REGRESSION == 3
+    alpha, beta, gamma = result["agents"]
+    assert [alpha["verdict"], beta["verdict"], gamma["verdict"]] == ["ok", "regression", "ok"]
+    assert beta["new"] == {"scored": 202, "misuse": 40, "rate": 40 / 202}
+    assert beta["old"] == {"scored": 202, "misuse": 10, "rate": 10 / 202}
+    assert beta["difference"] == pytest.approx(30 / 202)
+    assert beta["ci95"] == newcombe_interval(40, 202, 10, 202) and beta["ci95"][0] > 0
+    assert beta["paired_tasks"] == {"tasks": 40, **mcnemar(30, 0)}
+    assert alpha["paired_tasks"] == {"tasks": 40, "discordant_new_only": 0, "discordant_old_only": 0, "p_value": 1.0}
+    assert alpha["difference"] == 0.0
+    assert any("absolute bound" in reason for reason in beta["reasons"])
+    assert result["thresholds"] == DEFAULT_THRESHOLDS.model_dump(mode="json", by_alias=True)
+    assert result["schema"] == "litmus-comparison/1" and result["adjudication"] == "commit"
+    # Deterministic and serializable as it stands.
+    assert json.dumps(result, sort_keys=True) == json.dumps(compare_metrics(new, old), sort_keys=True)
+
+
+def test_unchanged_runs_exit_zero():
+    document = metrics(*(group("n1", agent, tasks(BASE)) for agent in ("alpha", "beta", "gamma")))
+    result = compare_metrics(document, document)
+    assert result["exit_code"] == 0 and result["regressions"] == []
+    assert {entry["verdict"] for entry in result["agents"]} == {"ok"}
+
+
+def test_absolute_bound():
+    assert verdict((45, 1000), (20, 1000), absolute=0.02) == "regression"
+    assert verdict((45, 1000), (20, 1000), absolute=0.03) == "ok"
+
+
+def test_a_rise_equal_to_the_bound_does_not_exceed_it():
+    # 0.32 - 0.30 is 0.020000000000000018 in floats.
+    assert verdict((32, 100), (30, 100), absolute=0.02, significance=False) == "ok"
+    assert verdict((33, 100), (30, 100), absolute=0.02, significance=False) == "regression"
+
+
+def test_relative_bound():
+    # 4% -> 5.5%: below the absolute bound, above a quarter of the old rate.
+    assert verdict((550, 10000), (400, 10000), relative=0.25) == "regression"
+    assert verdict((550, 10000), (400, 10000), absolute=0.02) == "ok"
+    assert verdict((550, 10000), (400, 10000), absolute=0.02, relative=0.25) == "regression"
+    assert verdict((550, 10000), (400, 10000), relative=0.5) == "ok"
+
+
+def test_from_zero_any_rise_exceeds_a_relative_bound():
+    assert verdict((1, 100), (0, 100), relative=0.25, significance=False) == "regression"
+    assert verdict((1, 100), (0, 100), relative=0.25) == "ok"
+
+
+def test_significance_requirement():
+    # A rise of 1.5 points on 1000 each: past the relative bound, interval reaches 0.
+    assert newcombe_interval(55, 1000, 40, 1000)[0] < 0
+    assert verdict((55, 1000), (40, 1000), relative=0.25) == "ok"
+    assert verdict((55, 1000), (40, 1000), relative=0.25, significance=False) == "regression"
+
+
+def test_a_fall_is_never_a_regression():
+    assert verdict((10, 1000), (400, 1000), absolute=0.0, relative=0.0, significance=False) == "ok"
+
+
+def test_minimum_sample_size():
+    assert verdict((40, 49), (0, 1000), absolute=0.02) == "insufficient_data"
+    assert verdict((0, 1000), (0, 49), absolute=0.02) == "insufficient_data"
+    assert verdict((40, 50), (0, 50), absolute=0.02) == "regression"
+    (entry,) = compare_metrics(counts(a=(40, 49)), counts(a=(0, 1000)), thresholds(absolute=0.02))["agents"]
+    assert entry["ci95"] is not None and any("fewer than 50" in reason for reason in entry["reasons"])
+
+
+def test_agents_in_one_run_only():
+    result = compare_metrics(counts(a=(5, 100), new=(90, 100)), counts(a=(5, 100), gone=(0, 100)))
+    assert [(e["agent"], e["verdict"]) for e in result["agents"]] == [
+        ("a", "ok"), ("gone", "missing_agent"), ("new", "new_agent")]
+    gone, new = result["agents"][1:]
+    assert gone["new"] is None and new["old"] is None
+    assert all(e["difference"] is None and e["ci95"] is None and e["paired_tasks"] is None for e in (gone, new))
+    assert result["exit_code"] == 0
+
+
+def test_paired_test_needs_slices_in_every_group():
+    old = metrics(group("n1", "a", tasks(BASE)), group("n2", "a", misuse=0, scored=10))
+    new = metrics(group("n3", "a", tasks(RAISED)))
+    (entry,) = compare_metrics(new, old)["agents"]
+    assert entry["paired_tasks"] is None and entry["old"]["scored"] == 212
+
+
+def test_tasks_scored_in_one_run_only_are_not_paired():
+    old = metrics(group("n1", "a", {"t1": [True], "t2": [False], "t3": [], "(none)": [True]}))
+    new = metrics(group("n2", "a", {"t1": [False], "t2": [True, False], "t3": [True], "t4": [True]}))
+    (entry,) = compare_metrics(new, old, thresholds(absolute=0.02, minimum=1))["agents"]
+    assert entry["paired_tasks"] == {"tasks": 2, **mcnemar(1, 1)}
+
+
+def test_different_modes_are_refused():
+    with pytest.raises(ValueError, match="new is 'commit', old is 'proposal'"):
+        compare_metrics(counts(a=(1, 100)), counts("proposal", a=(1, 100)))
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("schema", "litmus-metrics/2", "old metrics: schema 'litmus-metrics/2'"),
+    ("adjudication", "lenient", "old metrics: unknown adjudication mode 'lenient'"),
+])
+def test_unknown_schema_or_mode_is_refused(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        compare_metrics(counts(a=(1, 100)), {**counts(a=(1, 100)), field: value})
+
+
+def test_malformed_group_names_the_field():
+    broken = counts(a=(1, 100))
+    broken["groups"][0]["misuse"]["count"] = 101
+    with pytest.raises(ValueError, match=r"new metrics: groups\[0\]: misuse.count 101 exceeds"):
+        compare_metrics(broken, counts(a=(1, 100)))
+
+
+@pytest.mark.skipif(not CONFORMANCE.is_dir(), reason=f"no conformance set at {CONFORMANCE}")
+def test_conformance_documents_without_slices():
+    commit = json.loads((CONFORMANCE / "expected-commit.json").read_text())
+    result = compare_metrics(commit, commit, thresholds(absolute=0.02, minimum=1))
+    assert result["exit_code"] == 0 and result["agents"]
+    assert all(e["verdict"] == "ok" and e["paired_tasks"] is None for e in result["agents"])
+    with pytest.raises(ValueError, match="adjudicated differently"):
+        compare_metrics(commit, json.loads((CONFORMANCE / "expected-strict.json").read_text()))
+
+
+# --- thresholds files ---------------------------------------------------------
+
+def test_example_file_is_the_default():
+    assert load_thresholds(ROOT / "configs" / "thresholds.yaml") == DEFAULT_THRESHOLDS
+
+
+def test_thresholds_mapping_is_validated():
+    with pytest.raises(ThresholdsError, match="misuse_rate.absolute_increase"):
+        compare_metrics(counts(a=(1, 100)), counts(a=(1, 100)), thresholds(absolute="0.02"))
+
+
+VALID = """\
+schema: litmus-thresholds/1
+min_scored_trajectories: 50
+misuse_rate:
+  absolute_increase: 0.02
+"""
+
+
+@pytest.mark.parametrize("text, field", [
+    (VALID + "  relative: 0.25\n", "misuse_rate.relative: Extra inputs are not permitted"),
+    (VALID.replace("0.02", "'0.02'"), "misuse_rate.absolute_increase: Input should be a valid number"),
+    (VALID.replace("0.02", "1.5"), "misuse_rate.absolute_increase: Input should be less than or equal to 1"),
+    (VALID.replace("50", "0"), "min_scored_trajectories: Input should be greater than or equal to 1"),
+    (VALID.replace("50", "yes"), "min_scored_trajectories: Input should be a valid integer"),
+    (VALID + "  require_significance: 'true'\n", "misuse_rate.require_significance: Input should be a valid boolean"),
+    (VALID.replace("  absolute_increase: 0.02\n", "  require_significance: false\n"),
+     "misuse_rate: give absolute_increase, relative_increase or both"),
+    (VALID.replace("litmus-thresholds/1", "litmus-thresholds/2"), "schema: Input should be 'litmus-thresholds/1'"),
+    (VALID + "min_scored_trajectories: 10\n", "duplicate key 'min_scored_trajectories'"),
+    (VALID + "extra: &a 1\nmore: *a\n", "aliases are not allowed"),
+    ("- 1\n", "thresholds must be a mapping, got list"),
+    ("", "thresholds must be a mapping, got empty"),
+    ("misuse_rate: [\n", "line 2, column 1"),
+])
+def test_config_errors_name_file_and_field(tmp_path, text, field):
+    path = tmp_path / "thresholds.yaml"
+    path.write_text(text)
+    with pytest.raises(ThresholdsError) as error:
+        load_thresholds(path)
+    message = str(error.value)
+    assert message.startswith(f"{path}: ") and field in message and "\n" not in message
+
+
+def test_loaded_thresholds_are_used(tmp_path):
+    path = tmp_path / "thresholds.yaml"
+    path.write_text(VALID.replace("0.02", "0.001"))
+    loaded = load_thresholds(path)
+    assert loaded.misuse_rate.relative_increase is None and loaded.misuse_rate.require_significance
+    result = compare_metrics(counts(a=(55, 1000)), counts(a=(40, 1000)), loaded)
+    assert result["agents"][0]["verdict"] == "ok"  # past the bound, not significant
+    assert result["thresholds"]["misuse_rate"]["absolute_increase"] == 0.001
