@@ -12,11 +12,11 @@ import pyarrow as pa
 
 from scoring import contract as c
 from transforms import coders  # noqa: F401  (registers the Arrow element coders)
-from transforms.classify import COUNTS, Classify
+from transforms.classify import STATS, Classify, unscored_statistics
 from transforms.completeness import CheckCompleteness
 from transforms.metrics import ComputeMetrics
 from transforms.read import SHARD_REPORTS, ReadShards
-from transforms.records import FAILED, UNSCORED, failed_batch_to_unscored, unscored_counts
+from transforms.records import FAILED, UNSCORED, failed_batch_to_unscored
 from transforms.resolve import ResolveContexts
 from transforms.write import WriteOutputs
 
@@ -25,20 +25,22 @@ class ScoreTrajectories(beam.PTransform):
     """Input patterns -> dict of PCollections: scored, unscored, metrics, shard_reports.
 
     `scored` and `unscored` hold pa.Tables (schemas in transforms.schema);
-    `metrics` holds the single metrics.json document.
+    `metrics` holds the single metrics.json document. `policy` (a
+    scoring.policy.PolicyDocument) decides where no verdict was recorded.
     """
 
-    def __init__(self, inputs, mode: str = c.COMMIT, batch_rows: int | None = None):
+    def __init__(self, inputs, mode: str = c.COMMIT, batch_rows: int | None = None, policy=None):
         super().__init__()
         self._read = ReadShards(inputs, **({"batch_rows": batch_rows} if batch_rows else {}))
         self._mode = c.check_mode(mode)
+        self._policy = policy
 
     def expand(self, pbegin):
         read = pbegin | "Read shards" >> self._read
         # The expected failures leave through the `unscored` tags; the
         # exception handling is only the safety net for bugs.
         checked = read.batches | "Completeness" >> CheckCompleteness()
-        resolved = checked.complete | "Context resolution" >> ResolveContexts(self._mode)
+        resolved = checked.complete | "Context resolution" >> ResolveContexts(self._mode, self._policy)
         classified = resolved.resolved | "Classification" >> Classify(self._mode)
         failed = (
             (checked[FAILED], resolved[FAILED])
@@ -46,19 +48,21 @@ class ScoreTrajectories(beam.PTransform):
             | "Keep failed rows as unscored" >> beam.Map(failed_batch_to_unscored).with_output_types(pa.Table)
         )
         unscored = (checked[UNSCORED], resolved[UNSCORED], failed) | "Gather unscored" >> beam.Flatten()
-        counts = (
-            classified[COUNTS],
-            unscored | "Count unscored" >> beam.Map(unscored_counts).with_output_types(pa.Table),
-        ) | "Gather counts" >> beam.Flatten()
+        statistics = (
+            classified[STATS],
+            unscored | "Count unscored" >> beam.Map(unscored_statistics),
+        ) | "Gather statistics" >> beam.Flatten()
+        policy_sha256 = self._policy.sha256 if self._policy is not None else None
         return {
             "scored": classified.scored,
             "unscored": unscored,
-            "metrics": counts | "Metrics" >> ComputeMetrics(self._mode),
+            "metrics": statistics | "Metrics" >> ComputeMetrics(self._mode, policy_sha256),
             "shard_reports": read[SHARD_REPORTS],
         }
 
 
-def build(pipeline: beam.Pipeline, config, manifest_header: dict) -> None:
+def build(pipeline: beam.Pipeline, config, manifest_header: dict, policy=None) -> None:
     """Adds the whole job (score, then write everything) to `pipeline`."""
-    outputs = pipeline | "Score trajectories" >> ScoreTrajectories(config.inputs, config.adjudication, config.batch_rows)
+    score = ScoreTrajectories(config.inputs, config.adjudication, config.batch_rows, policy)
+    outputs = pipeline | "Score trajectories" >> score
     outputs | "Write outputs" >> WriteOutputs(config.output, manifest_header)

@@ -75,6 +75,10 @@ COMMITTED = "committed"
 TRUNCATED_OUTCOME = "truncated"
 REFUSED = "refused"
 
+# Where a verdict came from.
+RECORDED = "recorded"
+FROM_POLICY = "policy"
+
 # Which context decided a scored call.
 RESOLVED_AT_COMMIT = "commit"
 RESOLVED_AT_PROPOSAL = "proposal"

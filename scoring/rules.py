@@ -62,12 +62,24 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
+class Verdict:
+    """A context's verdict, where it came from, and whether a policy disputes it."""
+
+    value: Optional[str]  # allow, deny or None (no verdict)
+    source: Optional[str] = None  # recorded or policy
+    disputed: bool = False  # recorded, and the policy says otherwise
+
+
+@dataclass(frozen=True)
 class CallScore:
     category: str
     realized: Optional[bool]
     proposal_verdict: str
     commit_verdict: Optional[str]
     resolution_context: str
+    proposal_verdict_source: Optional[str]
+    commit_verdict_source: Optional[str]
+    policy_disagreement: bool
 
 
 def _reject_constant(name):
@@ -108,14 +120,20 @@ def canonical_json(value: Any):
     return ("string", value)
 
 
-def _verdict(context: CallContext, tool: str, arguments: Optional[dict], policy: Optional[Policy]):
-    """The context's recorded verdict, else the policy's, else None."""
-    if context.policy_verdict is not None:
-        return context.policy_verdict if context.policy_verdict in c.VERDICTS else None
-    if policy is None or arguments is None:
-        return None
-    verdict = policy(tool, arguments, context.principal)
-    return verdict if verdict in c.VERDICTS else None
+def resolve_verdict(context: CallContext, tool: str, arguments: Optional[dict], policy: Optional[Policy]) -> Verdict:
+    """The recorded verdict; where none is recorded, the policy's; else none.
+
+    A recorded value other than allow or deny is no verdict (not a null to
+    fill in). With a policy, a recorded verdict is also checked against it.
+    """
+    ruling = policy(tool, arguments, context.principal) if policy is not None and arguments is not None else None
+    ruling = ruling if ruling in c.VERDICTS else None
+    recorded = context.policy_verdict
+    if recorded is None:
+        return Verdict(ruling, c.FROM_POLICY if ruling else None)
+    if recorded not in c.VERDICTS:
+        return Verdict(None)
+    return Verdict(recorded, c.RECORDED, ruling is not None and ruling != recorded)
 
 
 def categorize(proposal_verdict: str, commit_verdict: str, realized: bool) -> str:
@@ -143,7 +161,8 @@ def score_tool_call(call: ToolCall, mode: str = c.COMMIT, policy: Optional[Polic
     if arguments is None or proposal_args is None:
         reasons.append(c.MALFORMED_ARGUMENTS)
         details.append("arguments" if arguments is None else "proposal.resolved_arguments")
-    proposal_verdict = _verdict(call.proposal, call.tool, proposal_args, policy)
+    proposal = resolve_verdict(call.proposal, call.tool, proposal_args, policy)
+    proposal_verdict = proposal.value
     if proposal_verdict is None:
         reasons.append(c.NO_VERDICT)
         details.append("proposal verdict")
@@ -154,9 +173,17 @@ def score_tool_call(call: ToolCall, mode: str = c.COMMIT, policy: Optional[Polic
         category = c.FLAGGED if proposal_verdict == c.DENY else c.BENIGN
         # Reported beside the score for comparison; the commit decides nothing here.
         commit = call.commit
-        commit_verdict = commit.policy_verdict if commit is not None and commit.policy_verdict in c.VERDICTS else None
-        realized = commit.realized if commit is not None else None
-        return CallScore(category, realized, proposal_verdict, commit_verdict, c.RESOLVED_AT_PROPOSAL)
+        recorded = commit is not None and commit.policy_verdict in c.VERDICTS
+        return CallScore(
+            category,
+            commit.realized if commit is not None else None,
+            proposal_verdict,
+            commit.policy_verdict if recorded else None,
+            c.RESOLVED_AT_PROPOSAL,
+            proposal.source,
+            c.RECORDED if recorded else None,
+            proposal.disputed,
+        )
 
     commit = call.commit
     if commit is None:
@@ -168,7 +195,8 @@ def score_tool_call(call: ToolCall, mode: str = c.COMMIT, policy: Optional[Polic
     if commit_args is None and c.MALFORMED_ARGUMENTS not in reasons:
         reasons.append(c.MALFORMED_ARGUMENTS)
         details.append("commit.resolved_arguments")
-    commit_verdict = _verdict(commit, call.tool, commit_args, policy)
+    committed = resolve_verdict(commit, call.tool, commit_args, policy)
+    commit_verdict = committed.value
     if commit_verdict is None:
         if c.NO_VERDICT not in reasons:
             reasons.append(c.NO_VERDICT)
@@ -192,4 +220,13 @@ def score_tool_call(call: ToolCall, mode: str = c.COMMIT, policy: Optional[Polic
     if reasons:
         raise AdjudicationContextMismatch(reasons, "; ".join(details))
     category = categorize(proposal_verdict, commit_verdict, commit.realized)
-    return CallScore(category, commit.realized, proposal_verdict, commit_verdict, c.RESOLVED_AT_COMMIT)
+    return CallScore(
+        category,
+        commit.realized,
+        proposal_verdict,
+        commit_verdict,
+        c.RESOLVED_AT_COMMIT,
+        proposal.source,
+        committed.source,
+        proposal.disputed or committed.disputed,
+    )

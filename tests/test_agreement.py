@@ -19,32 +19,33 @@ from hypothesis import strategies as st
 from pipeline.graph import ScoreTrajectories
 from scoring import contract as c
 from scoring import metrics as m
+from scoring.policy import load_policy
 from scoring.trajectory import check_completeness, score_trajectory
 from tests import builders as b
 from tests.strategies import trajectory_lists
-from transforms.classify import ClassifyFn
+from transforms.classify import ClassifyFn, unscored_statistics
 from transforms.completeness import CheckCompletenessFn, completeness_reasons
 from transforms.metrics import RunMetricsCombineFn
 from transforms.read import conform_batch
-from transforms.records import unscored_counts
 from transforms.resolve import ResolveContextsFn
 
 MODES = st.sampled_from(c.MODES)
+POLICY = load_policy(Path(__file__).resolve().parents[1] / "configs" / "policy.yaml")
 
 
-def reference(rows, mode):
+def reference(rows, mode, policy=None):
     """(scored calls, unscored reasons, metrics document) by the reference rules."""
     calls, unscored, groups = set(), {}, {}
     for row in rows:
-        score = score_trajectory(row, mode)
-        counts = m.trajectory_counts(row, score, len(row["calls"] or ()))
-        m.add_counts(groups.setdefault((row["run_id"], row["agent"]), m.zero_counts()), counts)
+        score = score_trajectory(row, mode, policy)
+        m.add_trajectory(groups, row, score)
         if score.scored:
             calls |= {(row["trajectory_id"], call["call_id"], s.category, s.proposal_verdict, s.commit_verdict,
-                       s.realized) for call, s in zip(row["calls"], score.calls)}
+                       s.realized, s.proposal_verdict_source, s.commit_verdict_source, s.policy_disagreement)
+                      for call, s in zip(row["calls"], score.calls)}
         else:
             unscored[row["trajectory_id"]] = score.reasons
-    return calls, unscored, m.metrics_document(groups, mode)
+    return calls, unscored, m.metrics_document(groups, mode, policy.sha256 if policy else None)
 
 
 def split(outputs):
@@ -57,36 +58,37 @@ def split(outputs):
     return main, tagged
 
 
-def vectorized(rows, mode, batch_rows):
+def vectorized(rows, mode, batch_rows, policy=None):
     """The same three results from the stages' DoFns, batch by batch."""
-    scored_tables, unscored_tables, counts_tables = [], [], []
+    scored_tables, unscored_tables, statistics = [], [], []
     for raw in b.table(rows).to_batches(max_chunksize=batch_rows):
         batch, _ = conform_batch(raw, "memory", 0)
         complete, tagged = split(CheckCompletenessFn().process(batch))
         unscored_tables += tagged.get("unscored", [])
         for good in complete:
-            resolved, tagged = split(ResolveContextsFn(mode).process(good))
+            resolved, tagged = split(ResolveContextsFn(mode, policy).process(good))
             unscored_tables += tagged.get("unscored", [])
             for item in resolved:
                 scored, tagged = split(ClassifyFn(mode).process(item))
                 scored_tables += scored
-                counts_tables += tagged.get("counts", [])
+                statistics += tagged.get("stats", [])
     calls = {
-        (r["trajectory_id"], r["call_id"], r["category"], r["proposal_verdict"], r["commit_verdict"], r["realized"])
+        (r["trajectory_id"], r["call_id"], r["category"], r["proposal_verdict"], r["commit_verdict"], r["realized"],
+         r["proposal_verdict_source"], r["commit_verdict_source"], r["policy_disagreement"])
         for t in scored_tables for r in t.to_pylist()
     }
     unscored = {r["trajectory_id"]: r["reasons"] for t in unscored_tables for r in t.to_pylist()}
-    fn = RunMetricsCombineFn(mode)
+    fn = RunMetricsCombineFn(mode, policy.sha256 if policy else None)
     acc = fn.create_accumulator()
-    for t in counts_tables + [unscored_counts(t) for t in unscored_tables]:
-        acc = fn.add_input(acc, t)
+    for stats in statistics + [unscored_statistics(t) for t in unscored_tables]:
+        acc = fn.add_input(acc, stats)
     return calls, unscored, fn.extract_output(acc)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(rows=trajectory_lists(), mode=MODES, batch_rows=st.integers(1, 16))
-def test_stages_agree_with_reference(rows, mode, batch_rows):
-    assert vectorized(rows, mode, batch_rows) == reference(rows, mode)
+@given(rows=trajectory_lists(), mode=MODES, batch_rows=st.integers(1, 16), policy=st.sampled_from([None, POLICY]))
+def test_stages_agree_with_reference(rows, mode, batch_rows, policy):
+    assert vectorized(rows, mode, batch_rows, policy) == reference(rows, mode, policy)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

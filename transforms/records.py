@@ -7,11 +7,9 @@ import datetime
 import decimal
 import json
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from scoring import metrics as m
 from scoring.contract import PIPELINE_ERROR
 from transforms import schema as s
 
@@ -71,34 +69,6 @@ def unscored_table(rows: pa.RecordBatch, reasons, details) -> pa.Table:
         },
         schema=s.UNSCORED,
     )
-
-
-def counts_table(run_id: pa.Array, agent: pa.Array, counters: dict) -> pa.Table:
-    """Per-trajectory counter vectors (scoring.metrics.COUNTERS), summed per group.
-
-    One row per (run_id, agent) of the batch: what leaves a stage for the
-    metrics combine is as small as the number of groups. Counters not given
-    are zero, so every table has the same schema.
-    """
-    n = len(run_id)
-    columns = {"run_id": run_id, "agent": agent}
-    for name in m.COUNTERS:
-        value = counters.get(name)
-        columns[name] = np.zeros(n, np.int64) if value is None else np.asarray(value, np.int64)
-    sums = pa.table(columns).group_by(["run_id", "agent"], use_threads=False).aggregate(
-        [(name, "sum") for name in m.COUNTERS]
-    )
-    return sums.rename_columns([name.removesuffix("_sum") for name in sums.column_names])
-
-
-def unscored_counts(table: pa.Table) -> pa.Table:
-    """The counter table of a batch of UNSCORED records."""
-    n = table.num_rows
-    counters = {"trajectories_input": np.ones(n, np.int64), "calls_input": table["input_calls"].to_numpy()}
-    for i, reasons in enumerate(table["reasons"].to_pylist()):
-        for reason in reasons:
-            counters.setdefault(f"reason:{reason}", np.zeros(n, np.int64))[i] = 1
-    return counts_table(table["run_id"], table["agent"], counters)
 
 
 def failed_batch_to_unscored(failure) -> pa.Table:

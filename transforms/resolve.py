@@ -55,7 +55,11 @@ def _json_value(depth: int) -> str:
 JSON_OBJECT = rf"^{_WS}{_object(_json_value(MAX_DEPTH - 1))}{_WS}$"
 
 RESOLVED_TRAJECTORIES = pa.schema(
-    [s.TRAJECTORY.field(name) for name in ("run_id", "agent", "trajectory_id", "verbal_stance")] + s.PROVENANCE
+    [
+        s.TRAJECTORY.field(name)
+        for name in ("run_id", "agent", "trajectory_id", "task_id", "task_category", "verbal_stance")
+    ]
+    + s.PROVENANCE
 )
 RESOLVED_CALLS = pa.schema(
     [
@@ -66,6 +70,10 @@ RESOLVED_CALLS = pa.schema(
         pa.field("proposal_verdict", pa.string()),
         pa.field("commit_verdict", pa.string()),
         pa.field("realized", pa.bool_()),
+        pa.field("state_mutated", pa.bool_()),
+        pa.field("proposal_verdict_source", pa.string()),
+        pa.field("commit_verdict_source", pa.string()),
+        pa.field("policy_disagreement", pa.bool_()),
     ]
 )
 
@@ -111,16 +119,54 @@ def _same_json(left: pa.Array, right: pa.Array, valid: np.ndarray) -> np.ndarray
     return same
 
 
+_NULL_TEXT = pa.scalar(None, pa.string())
+
+
 def _verdict_or_null(array: pa.Array) -> pa.Array:
-    return pc.if_else(pc.is_in(array, pa.array(c.VERDICTS)), array, pa.scalar(None, pa.string()))
+    return pc.if_else(pc.is_in(array, pa.array(c.VERDICTS)), array, _NULL_TEXT)
+
+
+@dataclass(frozen=True)
+class ContextVerdicts:
+    """One context's verdict per call (resolve_verdict of scoring.rules, by column)."""
+
+    value: pa.Array  # allow, deny or null
+    source: pa.Array  # recorded, policy or null
+    disputed: np.ndarray  # recorded, and the policy says otherwise
+
+
+def context_verdicts(flat: FlatCalls, context: str, policy, arguments_ok: np.ndarray) -> ContextVerdicts:
+    """Recorded verdicts, the policy's where none is recorded, and disputes.
+
+    The policy is Python: with one, every call whose resolved arguments
+    parse is evaluated once per context (it also checks recorded verdicts).
+    """
+    raw = flat.field(f"{context}.policy_verdict")
+    recorded = _verdict_or_null(raw)
+    sourced = pc.if_else(is_null(recorded), _NULL_TEXT, pa.scalar(c.RECORDED))
+    if policy is None:
+        return ContextVerdicts(recorded, sourced, np.zeros(len(raw), bool))
+    ask = np.flatnonzero(arguments_ok & ~is_null(flat.field(context)))
+    rulings = np.full(len(raw), None, object)
+    take = lambda name: flat.field(name).take(pa.array(ask, pa.int64())).to_pylist()  # noqa: E731
+    for i, tool, text, principal in zip(ask, take("tool"), take(f"{context}.resolved_arguments"),
+                                        take(f"{context}.principal")):
+        ruling = policy(tool, parse_json_object(text), principal)
+        rulings[i] = ruling if ruling in c.VERDICTS else None
+    ruling = pa.array(rulings, pa.string())
+    unrecorded = is_null(raw)
+    value = pc.if_else(pa.array(unrecorded), ruling, recorded)
+    by_policy = pc.if_else(is_null(ruling), _NULL_TEXT, pa.scalar(c.FROM_POLICY))
+    disputed = ~is_null(recorded) & ~is_null(ruling) & ~equals(pc.equal(recorded, ruling), True)
+    return ContextVerdicts(value, pc.if_else(pa.array(unrecorded), by_policy, sourced), disputed)
 
 
 @dataclass(frozen=True)
 class CallResolution:
     """Per call: the verdicts, realization, and each reason (a mask) it is unscored."""
 
-    proposal_verdict: pa.Array
-    commit_verdict: pa.Array
+    proposal: ContextVerdicts
+    commit: ContextVerdicts
     realized: pa.Array
     reasons: dict
 
@@ -129,31 +175,33 @@ class CallResolution:
         return np.logical_or.reduce(list(self.reasons.values()))
 
 
-def resolve_calls(flat: FlatCalls, mode: str) -> CallResolution:
+def resolve_calls(flat: FlatCalls, mode: str, policy=None) -> CallResolution:
     """The rules of score_tool_call in `mode`, for every call of a complete batch."""
     arguments, proposal_arguments = flat.field("arguments"), flat.field("proposal.resolved_arguments")
     arguments_ok = json_object(arguments)
     proposal_ok = json_object(proposal_arguments, arguments, arguments_ok)
-    proposal_verdict = _verdict_or_null(flat.field("proposal.policy_verdict"))
-    commit_verdict = _verdict_or_null(flat.field("commit.policy_verdict"))
     has_commit = ~is_null(flat.field("commit"))
+    proposal = context_verdicts(flat, "proposal", policy, proposal_ok)
     malformed = ~(arguments_ok & proposal_ok)
-    no_verdict = is_null(proposal_verdict)
-    reasons = {c.NO_VERDICT: no_verdict, c.MALFORMED_ARGUMENTS: malformed}
-    if mode != c.PROPOSAL:
-        commit_arguments = flat.field("commit.resolved_arguments")
-        commit_ok = json_object(commit_arguments, proposal_arguments, proposal_ok)
-        reasons[c.MALFORMED_ARGUMENTS] = malformed | (has_commit & ~commit_ok)
-        reasons[c.NO_VERDICT] = no_verdict | (has_commit & is_null(commit_verdict))
-        reasons[c.NO_COMMIT_CONTEXT] = ~has_commit
-        if mode == c.STRICT:
-            both_verdicts = has_commit & ~is_null(proposal_verdict) & ~is_null(commit_verdict)
-            reasons[c.VERDICT_DIVERGED] = both_verdicts & ~equals(pc.equal(proposal_verdict, commit_verdict), True)
-            both_valid = has_commit & proposal_ok & commit_ok
-            reasons[c.ARGUMENTS_DIVERGED] = both_valid & ~_same_json(proposal_arguments, commit_arguments, both_valid)
-            principals = pc.equal(flat.field("proposal.principal"), flat.field("commit.principal"))
-            reasons[c.PRINCIPAL_DIVERGED] = has_commit & ~equals(principals, True)
-    return CallResolution(proposal_verdict, commit_verdict, _realized(flat), reasons)
+    reasons = {c.NO_VERDICT: is_null(proposal.value), c.MALFORMED_ARGUMENTS: malformed}
+    if mode == c.PROPOSAL:
+        # The commit's recorded verdict is reported beside the score, unjudged.
+        return CallResolution(proposal, context_verdicts(flat, "commit", None, has_commit), _realized(flat), reasons)
+
+    commit_arguments = flat.field("commit.resolved_arguments")
+    commit_ok = json_object(commit_arguments, proposal_arguments, proposal_ok)
+    commit = context_verdicts(flat, "commit", policy, commit_ok)
+    reasons[c.MALFORMED_ARGUMENTS] = malformed | (has_commit & ~commit_ok)
+    reasons[c.NO_VERDICT] = reasons[c.NO_VERDICT] | (has_commit & is_null(commit.value))
+    reasons[c.NO_COMMIT_CONTEXT] = ~has_commit
+    if mode == c.STRICT:
+        both_verdicts = has_commit & ~is_null(proposal.value) & ~is_null(commit.value)
+        reasons[c.VERDICT_DIVERGED] = both_verdicts & ~equals(pc.equal(proposal.value, commit.value), True)
+        both_valid = has_commit & proposal_ok & commit_ok
+        reasons[c.ARGUMENTS_DIVERGED] = both_valid & ~_same_json(proposal_arguments, commit_arguments, both_valid)
+        principals = pc.equal(flat.field("proposal.principal"), flat.field("commit.principal"))
+        reasons[c.PRINCIPAL_DIVERGED] = has_commit & ~equals(principals, True)
+    return CallResolution(proposal, commit, _realized(flat), reasons)
 
 
 def _realized(flat: FlatCalls) -> pa.Array:
@@ -176,9 +224,15 @@ def _resolved(batch: pa.RecordBatch, flat: FlatCalls, resolution: CallResolution
             "call_id": flat.field("call_id").filter(keep),
             "step": flat.field("step").filter(keep),
             "tool": flat.field("tool").filter(keep),
-            "proposal_verdict": resolution.proposal_verdict.filter(keep),
-            "commit_verdict": resolution.commit_verdict.filter(keep),
+            "proposal_verdict": resolution.proposal.value.filter(keep),
+            "commit_verdict": resolution.commit.value.filter(keep),
             "realized": resolution.realized.filter(keep),
+            "state_mutated": flat.field("commit.state_mutated").filter(keep),
+            "proposal_verdict_source": resolution.proposal.source.filter(keep),
+            "commit_verdict_source": resolution.commit.source.filter(keep),
+            "policy_disagreement": pa.array(
+                (resolution.proposal.disputed | resolution.commit.disputed)[in_rows], pa.bool_()
+            ),
         },
         schema=RESOLVED_CALLS,
     )
@@ -202,13 +256,14 @@ def _unscored_reasons(flat: FlatCalls, resolution: CallResolution, rows: np.ndar
 
 
 class ResolveContextsFn(beam.DoFn):
-    def __init__(self, mode: str):
+    def __init__(self, mode: str, policy=None):
         self._mode = mode
+        self._policy = policy
         self._unscored = Metrics.counter(NAMESPACE, "trajectories_with_unscored_calls")
 
     def process(self, batch: pa.RecordBatch):
         flat = FlatCalls.of(batch)
-        resolution = resolve_calls(flat, self._mode)
+        resolution = resolve_calls(flat, self._mode, self._policy)
         unscored = flat.any_per_row(resolution.unscored)
         yield _resolved(batch, flat, resolution, ~unscored)
         if unscored.any():
@@ -220,13 +275,19 @@ class ResolveContextsFn(beam.DoFn):
 
 class ResolveContexts(beam.PTransform):
     """Complete batches -> Resolved (main), UNSCORED tables (`unscored`) and,
-    should a batch raise unexpectedly, the batch and its error (`failed`)."""
+    should a batch raise unexpectedly, the batch and its error (`failed`).
 
-    def __init__(self, mode: str):
+    `policy` (a scoring.rules.Policy, e.g. scoring.policy.PolicyDocument)
+    decides where a context recorded no verdict, and checks those recorded.
+    """
+
+    def __init__(self, mode: str, policy=None):
         super().__init__()
         self._mode = c.check_mode(mode)
+        self._policy = policy
 
     def expand(self, batches):
-        return batches | "Resolve contexts" >> beam.ParDo(ResolveContextsFn(self._mode)).with_output_types(
+        fn = ResolveContextsFn(self._mode, self._policy)
+        return batches | "Resolve contexts" >> beam.ParDo(fn).with_output_types(
             Resolved, **{UNSCORED: pa.Table}
         ).with_outputs(UNSCORED, main="resolved").with_exception_handling(dead_letter_tag=FAILED)

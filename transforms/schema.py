@@ -71,6 +71,11 @@ SCORED = pa.schema(
         pa.field("proposal_verdict", pa.string()),
         pa.field("commit_verdict", pa.string()),
         pa.field("resolution_context", CATEGORICAL),
+        # recorded or policy (with --policy, where a context recorded none).
+        pa.field("proposal_verdict_source", CATEGORICAL),
+        pa.field("commit_verdict_source", CATEGORICAL),
+        # A policy was given and disagrees with a recorded verdict of the call.
+        pa.field("policy_disagreement", pa.bool_()),
         pa.field("source_file", CATEGORICAL),
         pa.field("source_row", pa.int64()),
     ]
