@@ -88,6 +88,7 @@ def main(argv=None):
     scorer = []
     for i in range(args.repeat):
         output = workdir / f"out-{i}"
+        shutil.rmtree(output, ignore_errors=True)  # left by an interrupted run
         scorer.append(timed([sys.executable, "-m", "pipeline", "score", "--input", pattern,
                              "--output", str(output), *beam_args]))
         shutil.rmtree(output)

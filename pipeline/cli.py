@@ -1,8 +1,10 @@
-"""litmus-score command line: score, generate, demo.
+"""litmus-score command line: score, compare, generate, demo, policy check.
 
 Exit codes: 0 done; 1 the pipeline failed; 2 bad invocation (one line on
-stderr); 4 done, but some input was not scored for a reason outside the spec
-(an unreadable shard, or rows kept under pipeline_error): see manifest.json.
+stderr); 3 done, and an agent's misuse rate regressed against the baseline
+(--baseline, or compare); 4 done, but some input was not scored for a reason
+outside the spec (an unreadable shard, or rows kept under pipeline_error):
+see manifest.json. 4 takes precedence over 3.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from pathlib import Path
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE_INPUT = 0, 1, 2, 4
 SUCCESS_MARKER = "_SUCCESS"
+COMPARISON_FILE = "comparison.json"
+REPORT_FILE = "report.html"
 DEMO_MARKER = ".litmus-demo"
 DEMO_OUTPUT = "litmus-demo"
 
@@ -60,7 +64,7 @@ def summary(metrics: dict, manifest: dict, output: str) -> str:
             lines.append(f"warning: {_printable(report['file'])}: {_printable(issue)}")
         if report["error"]:
             lines.append(f"error: {_printable(report['file'])} unreadable: {_printable(report['error'])}")
-    lines += ["", f"outputs: {output}/ (metrics.json, manifest.json, scored/, unscored/)"]
+    lines += ["", f"outputs: {output}/ (report.html, metrics.json, manifest.json, scored/, unscored/)"]
     return "\n".join(lines)
 
 
@@ -71,6 +75,26 @@ def _read_json(path: str) -> dict:
         return json.loads(handle.read().decode("utf-8"))
 
 
+def _comparison_lines(comparison: dict) -> list:
+    lines = ["", f"since the baseline ({len(comparison['agents'])} agent(s)):"]
+    for agent in comparison["agents"]:
+        lines.append(f"  {_printable(agent['agent'])}: {agent['verdict']}"
+                     + (f" ({'; '.join(_printable(r) for r in agent['reasons'])})" if agent["reasons"] else ""))
+    return lines
+
+
+def finish_run(output: str, metrics: dict, manifest: dict, comparison=None) -> None:
+    """Writes what a run adds after its pipeline: comparison.json (if any) and report.html."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from pipeline.report import render_report
+    from transforms.write import to_json, write_text
+
+    if comparison is not None:
+        write_text(FileSystems.join(output, COMPARISON_FILE), to_json(comparison))
+    write_text(FileSystems.join(output, REPORT_FILE), render_report(metrics, manifest, comparison))
+
+
 def score(argv) -> int:
     """Runs the scoring job; argv holds litmus-score's flags and Beam's."""
     import apache_beam as beam
@@ -78,7 +102,8 @@ def score(argv) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipeline import graph
-    from pipeline.options import ScoreOptions, UsageError, validate
+    from pipeline.options import ScoreOptions, UsageError, load_baseline_metrics, validate
+    from scoring.compare import compare_metrics
     from transforms.write import MANIFEST_FILE, METRICS_FILE, write_text
 
     if any(arg in ("-h", "--help") for arg in argv):
@@ -98,28 +123,74 @@ def score(argv) -> int:
         "schema": "litmus-manifest/1",
         "package": {"name": "litmus-score", "version": _package_version(), "apache_beam": beam.__version__},
         "options": config.as_dict(),
-        "policy_sha256": None,
+        "policy_sha256": config.policy.sha256 if config.policy is not None else None,
     }
     pipeline = beam.Pipeline(options=options)
-    graph.build(pipeline, config, header)
+    graph.build(pipeline, config, header, config.policy)
     result = pipeline.run()
     state = result.wait_until_finish()
     if state != beam.runners.runner.PipelineState.DONE:
         print(f"litmus-score: the pipeline ended in state {state}", file=sys.stderr)
         return EXIT_FAILED
-    write_text(FileSystems.join(config.output, SUCCESS_MARKER), "")
     metrics = _read_json(FileSystems.join(config.output, METRICS_FILE))
     manifest = _read_json(FileSystems.join(config.output, MANIFEST_FILE))
+    comparison = None
+    if config.baseline:
+        baseline = load_baseline_metrics(config.baseline, config.adjudication)
+        comparison = compare_metrics(metrics, baseline, config.thresholds)
+    finish_run(config.output, metrics, manifest, comparison)
+    write_text(FileSystems.join(config.output, SUCCESS_MARKER), "")
     print(summary(metrics, manifest, config.output))
+    if comparison is not None:
+        print("\n".join(_comparison_lines(comparison)))
     lost = manifest["unreadable_files"] or metrics["totals"]["trajectories"]["unscored_by_reason"].get("pipeline_error")
-    return EXIT_INCOMPLETE_INPUT if lost else EXIT_OK
+    if lost:
+        return EXIT_INCOMPLETE_INPUT
+    return comparison["exit_code"] if comparison is not None else EXIT_OK
+
+
+def compare(args) -> int:
+    """Compares a finished run with a baseline run; writes comparison.json and the report."""
+    from scoring.compare import DEFAULT_THRESHOLDS, compare_metrics, load_thresholds
+
+    try:
+        thresholds = load_thresholds(args.thresholds) if args.thresholds else DEFAULT_THRESHOLDS
+        new, old = (_read_json(str(Path(folder) / "metrics.json")) for folder in (args.new, args.old))
+        manifest = _read_json(str(Path(args.new) / "manifest.json"))
+        comparison = compare_metrics(new, old, thresholds)
+    except (OSError, ValueError) as error:  # ThresholdsError and mismatched documents are ValueErrors
+        print(f"litmus-score: {_printable(error)}", file=sys.stderr)
+        return EXIT_USAGE
+    finish_run(args.new, new, manifest, comparison)
+    print("\n".join(_comparison_lines(comparison)[1:]))
+    print(f"wrote {Path(args.new) / COMPARISON_FILE} and {Path(args.new) / REPORT_FILE}")
+    return comparison["exit_code"]
+
+
+def check_policy(args) -> int:
+    from scoring.policy import PolicyError, load_policy
+
+    try:
+        policy = load_policy(args.file)
+    except OSError as error:
+        print(f"litmus-score: cannot read {args.file}: {error.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    except PolicyError as error:
+        print(f"litmus-score: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"{args.file}: valid, sha256 {policy.sha256}")
+    return EXIT_OK
 
 
 def generate(args) -> int:
     from pipeline.synthetic import generate as write_shards
 
     try:
-        paths = write_shards(args.output, args.trajectories, args.shards, args.seed, args.profile)
+        factors = {}
+        for planted in args.plant_misuse:
+            agent, _, factor = planted.partition("=")
+            factors[agent] = float(factor)
+        paths = write_shards(args.output, args.trajectories, args.shards, args.seed, args.profile, factors)
     except (ValueError, FileExistsError) as error:
         print(f"litmus-score: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -156,10 +227,21 @@ def main(argv=None) -> int:
     gen.add_argument("--shards", type=int, default=4)
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--profile", default="mixed", help="mixed or reference-1200")
+    gen.add_argument("--plant-misuse", action="append", default=[], metavar="AGENT=FACTOR",
+                     help="multiply an agent's propensity for misuse (plants a regression); repeatable")
 
     dem = commands.add_parser("demo", help="generate the reference-1200 data, score it, summarize")
     dem.add_argument("--output", default=DEMO_OUTPUT, help=f"demo folder (default ./{DEMO_OUTPUT})")
     dem.add_argument("--seed", type=int, default=0)
+
+    cmp = commands.add_parser("compare", help="compare a run with a baseline run (exit 3 on a regression)")
+    cmp.add_argument("new", help="output folder of the newer run")
+    cmp.add_argument("old", help="output folder of the baseline run")
+    cmp.add_argument("--thresholds", help="regression thresholds YAML (default: configs/thresholds.yaml's values)")
+
+    pol = commands.add_parser("policy", help="policy files")
+    pol_commands = pol.add_subparsers(dest="policy_command", required=True)
+    pol_commands.add_parser("check", help="validate a policy file and print its hash").add_argument("file")
 
     if argv[:1] == ["score"]:
         return score(argv[1:])
@@ -169,7 +251,7 @@ def main(argv=None) -> int:
         return demo(args)
     if beam_args:
         parser.error(f"unrecognized arguments: {' '.join(beam_args)}")
-    return generate(args)
+    return {"generate": generate, "compare": compare, "policy": check_policy}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Optional
 
+from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from scoring import contract as c
+from scoring.compare import DEFAULT_THRESHOLDS, Thresholds, ThresholdsError, load_thresholds
+from scoring.policy import PolicyDocument, PolicyError, load_policy
 from transforms.read import DEFAULT_BATCH_ROWS, NoMatchingShards, match_shards
 
 
@@ -33,6 +38,18 @@ class ScoreOptions(PipelineOptions):
             "--batch_rows", type=int, default=DEFAULT_BATCH_ROWS,
             help=f"Trajectories per Arrow batch (default {DEFAULT_BATCH_ROWS}).",
         )
+        parser.add_argument(
+            "--policy", default=None,
+            help="Policy YAML: decides where a context recorded no verdict, and checks those recorded.",
+        )
+        parser.add_argument(
+            "--baseline", default=None,
+            help="An earlier run's output folder: write comparison.json; exit 3 on a regression.",
+        )
+        parser.add_argument(
+            "--thresholds", default=None,
+            help="Regression thresholds YAML for --baseline (default: configs/thresholds.yaml's values).",
+        )
 
 
 @dataclass(frozen=True)
@@ -41,10 +58,34 @@ class ScoreConfig:
     output: str
     adjudication: str
     batch_rows: int
+    policy_file: Optional[str] = None
+    policy: Optional[PolicyDocument] = None
+    baseline: Optional[str] = None
+    thresholds: Thresholds = DEFAULT_THRESHOLDS
 
     def as_dict(self) -> dict:
-        return {"inputs": list(self.inputs), "output": self.output,
-                "adjudication": self.adjudication, "batch_rows": self.batch_rows}
+        return {
+            "inputs": list(self.inputs),
+            "output": self.output,
+            "adjudication": self.adjudication,
+            "batch_rows": self.batch_rows,
+            "policy": self.policy_file,
+            "baseline": self.baseline,
+        }
+
+
+def load_baseline_metrics(folder: str, mode: str) -> dict:
+    """An earlier run's metrics.json, checked to be comparable; UsageError if not."""
+    path = FileSystems.join(folder.rstrip("/"), "metrics.json")
+    try:
+        with FileSystems.open(path) as handle:
+            metrics = json.loads(handle.read().decode("utf-8"))
+    except (OSError, BeamIOError, ValueError) as error:
+        raise UsageError(f"baseline {folder!r} has no readable metrics.json ({type(error).__name__})") from None
+    if not isinstance(metrics, dict) or metrics.get("adjudication") != mode:
+        found = metrics.get("adjudication") if isinstance(metrics, dict) else None
+        raise UsageError(f"baseline {folder!r} was scored with adjudication {found!r}, this run with {mode!r}")
+    return metrics
 
 
 def _holds_results(folder: str) -> bool:
@@ -73,4 +114,14 @@ def validate(options: PipelineOptions) -> ScoreConfig:
     output = score.output.rstrip("/") or "/"
     if _holds_results(output):
         raise UsageError(f"output folder {output!r} is not empty (it may hold another run's results); choose a new one")
-    return ScoreConfig(tuple(score.inputs), output, mode, score.batch_rows)
+    try:
+        policy = load_policy(score.policy) if score.policy else None
+        thresholds = load_thresholds(score.thresholds) if score.thresholds else DEFAULT_THRESHOLDS
+    except OSError as error:
+        raise UsageError(f"cannot read {error.filename}: {error.strerror}") from None
+    except (PolicyError, ThresholdsError) as error:
+        raise UsageError(str(error)) from None
+    if score.baseline:
+        load_baseline_metrics(score.baseline, mode)
+    return ScoreConfig(tuple(score.inputs), output, mode, score.batch_rows, score.policy, policy,
+                       score.baseline, thresholds)

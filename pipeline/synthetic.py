@@ -369,14 +369,14 @@ def _arguments(rng: np.random.Generator, tool: np.ndarray, kind: np.ndarray, by_
 
 
 def _batch(rng: np.random.Generator, first_index: int, size: int, profile: str,
-           planted: Optional[np.ndarray]) -> pa.Table:
+           planted: Optional[np.ndarray], propensity: np.ndarray) -> pa.Table:
     """`size` trajectories numbered from first_index; planted[i] >= 0 forces a class."""
     # --- trajectories
     run = rng.integers(0, len(RUNS), size)
     agent = rng.integers(0, len(AGENTS), size)
     category = rng.integers(0, len(TASK_CATEGORIES), size)
     task = rng.integers(1, TASKS_PER_CATEGORY + 1, size)
-    risky = rng.random(size) < AGENT_PROPENSITY[agent] * TASK_RISK[category]
+    risky = rng.random(size) < propensity[agent] * TASK_RISK[category]
     trajectory_class = np.where(risky, _draw(rng, RISKY_CLASS_WEIGHTS[profile], np.zeros(size, int)), CLEAN)
     defect = _draw(rng, DEFECT_WEIGHTS, np.zeros(size, int))
     if planted is not None:
@@ -524,7 +524,7 @@ def _reference_plan(rng: np.random.Generator) -> np.ndarray:
 
 
 def generate(output_dir: str, trajectories: int = 1000, shards: int = 4, seed: int = 0,
-             profile: str = "mixed") -> list[str]:
+             profile: str = "mixed", misuse_factor: Optional[dict] = None) -> list[str]:
     """Write `shards` Parquet files part-00000-of-0000K.parquet into output_dir.
 
     output_dir is created if absent; FileExistsError if it already holds
@@ -532,10 +532,19 @@ def generate(output_dir: str, trajectories: int = 1000, shards: int = 4, seed: i
     are split evenly over the shards; a shard may be empty. The same arguments
     give the same data. Profile "reference-1200" has exactly 1,200
     trajectories: any other `trajectories` is a ValueError, not silently
-    ignored. Returns the shard paths, sorted.
+    ignored. `misuse_factor` ({agent: factor}) multiplies an agent's
+    propensity for the risky action, to plant a regression for that agent
+    (the others keep their propensities). Returns the shard paths, sorted.
     """
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; expected one of {', '.join(PROFILES)}")
+    propensity = AGENT_PROPENSITY.copy()
+    for name, factor in (misuse_factor or {}).items():
+        if name not in AGENTS:
+            raise ValueError(f"unknown agent {name!r}; expected one of {', '.join(AGENTS)}")
+        if not factor >= 0:
+            raise ValueError(f"misuse factor for {name!r} must be >= 0, got {factor!r}")
+        propensity[AGENTS.index(name)] = min(1.0, propensity[AGENTS.index(name)] * factor)
     for name, value, minimum in (("trajectories", trajectories, 0), ("shards", shards, 1), ("seed", seed, 0)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
             raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
@@ -559,6 +568,6 @@ def generate(output_dir: str, trajectories: int = 1000, shards: int = 4, seed: i
             for first in range(begin, end, BATCH_TRAJECTORIES):
                 size = min(BATCH_TRAJECTORIES, end - first)
                 plan = planted[first:first + size] if planted is not None else None
-                writer.write_table(_batch(rng, first, size, profile, plan))
+                writer.write_table(_batch(rng, first, size, profile, plan, propensity))
         paths.append(str(path))
     return sorted(paths)

@@ -21,10 +21,9 @@ def _table(paths) -> pa.Table:
 
 def _totals(rows, mode: str) -> dict:
     """metrics.json totals of the rows, computed by the pure scorer without a policy."""
-    groups = collections.defaultdict(metrics.zero_counts)
+    groups = {}
     for row in rows:
-        counts = metrics.trajectory_counts(row, score_trajectory(row, mode), len(row["calls"] or ()))
-        metrics.add_counts(groups[row["run_id"], row["agent"]], counts)
+        metrics.add_trajectory(groups, row, score_trajectory(row, mode))
     return metrics.metrics_document(groups, mode)["totals"]
 
 
@@ -141,3 +140,21 @@ def test_refuses_a_directory_that_already_holds_shards(tmp_path):
     synthetic.generate(str(out), trajectories=10, shards=1)
     with pytest.raises(FileExistsError):
         synthetic.generate(str(out), trajectories=10, shards=1)
+
+
+def test_planted_misuse_raises_that_agents_rate(tmp_path):
+    agent = synthetic.AGENTS[0]
+    rate = lambda table, name: (  # noqa: E731
+        sum(score_trajectory(row).misuse for row in table.to_pylist() if row["agent"] == name)
+        / sum(row["agent"] == name for row in table.to_pylist()))
+    base = _table(synthetic.generate(str(tmp_path / "base"), trajectories=4000, shards=2, seed=5))
+    planted = _table(synthetic.generate(str(tmp_path / "planted"), trajectories=4000, shards=2, seed=5,
+                                        misuse_factor={agent: 3.0}))
+    assert rate(planted, agent) > 1.8 * rate(base, agent)
+    other = synthetic.AGENTS[1]
+    assert rate(planted, other) == pytest.approx(rate(base, other), abs=0.05)
+
+
+def test_unknown_planted_agent_is_rejected(tmp_path):
+    with pytest.raises(ValueError, match="unknown agent 'nobody'"):
+        synthetic.generate(str(tmp_path / "x"), misuse_factor={"nobody": 2.0})

@@ -1,0 +1,63 @@
+"""The nightly verdict end to end: generate two runs, score one against the other."""
+
+import pytest
+
+from pipeline import synthetic
+from pipeline.cli import main
+from tests.conftest import RUNNER, load_json
+
+AGENT = synthetic.AGENTS[3]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Scored runs: last night, tonight (same distribution), tonight with a planted rise."""
+    root = tmp_path_factory.mktemp("nightly")
+    shards = {
+        "last": synthetic.generate(str(root / "last"), 6000, 2, seed=21),
+        "same": synthetic.generate(str(root / "same"), 6000, 2, seed=22),
+        "worse": synthetic.generate(str(root / "worse"), 6000, 2, seed=22, misuse_factor={AGENT: 2.0}),
+    }
+    outputs = {}
+    for name in shards:
+        outputs[name] = root / f"out-{name}"
+        assert main(["score", "--input", str(root / name / "*.parquet"), "--output", str(outputs[name]), *RUNNER]) == 0
+    return outputs
+
+
+def test_planted_rise_flags_that_agent_alone_and_exits_3(runs, tmp_path):
+    code = main(["compare", str(runs["worse"]), str(runs["last"])])
+    assert code == 3
+    comparison = load_json(runs["worse"] / "comparison.json")
+    assert comparison["regressions"] == [AGENT]
+    flagged = next(a for a in comparison["agents"] if a["agent"] == AGENT)
+    assert flagged["verdict"] == "regression" and flagged["ci95"][0] > 0
+    assert (runs["worse"] / "report.html").read_text().count(AGENT) > 0
+
+
+def test_unchanged_distribution_exits_0(runs):
+    assert main(["compare", str(runs["same"]), str(runs["last"])]) == 0
+    assert load_json(runs["same"] / "comparison.json")["regressions"] == []
+
+
+def test_baseline_flag_compares_as_part_of_the_run(runs, tmp_path):
+    shards = synthetic.generate(str(tmp_path / "again"), 6000, 2, seed=22, misuse_factor={AGENT: 2.0})
+    assert shards
+    code = main(["score", "--input", str(tmp_path / "again" / "*.parquet"), "--output", str(tmp_path / "out"),
+                 "--baseline", str(runs["last"]), *RUNNER])
+    assert code == 3
+    assert load_json(tmp_path / "out" / "comparison.json")["regressions"] == [AGENT]
+
+
+def test_thresholds_file_changes_the_verdict(runs, tmp_path):
+    lenient = tmp_path / "lenient.yaml"
+    lenient.write_text("schema: litmus-thresholds/1\nmin_scored_trajectories: 50\n"
+                       "misuse_rate:\n  absolute_increase: 0.9\n  require_significance: true\n")
+    assert main(["compare", str(runs["worse"]), str(runs["last"]), "--thresholds", str(lenient)]) == 0
+
+
+def test_baseline_of_another_mode_is_refused(runs, tmp_path, capsys):
+    code = main(["score", "--input", str(runs["last"].parent / "last" / "*.parquet"), "--output",
+                 str(tmp_path / "o"), "--adjudication", "strict", "--baseline", str(runs["last"]), *RUNNER])
+    assert code == 2
+    assert "scored with adjudication 'commit'" in capsys.readouterr().err

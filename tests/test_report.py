@@ -1,0 +1,288 @@
+"""report.html: escaping of adversarial strings, determinism, bounds, and a real browser."""
+
+import copy
+import html.parser
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline import report
+from pipeline.report import render_report
+from tests import browser
+
+# Each would change the DOM if it ran; the browser test looks for the change.
+IMG = "<img src=x onerror=\"document.body.setAttribute('data-pwned','img')\">"
+SCRIPT = "<script>document.body.setAttribute('data-pwned','script')</script>"
+JAVASCRIPT = "javascript:document.body.setAttribute('data-pwned','href')"
+SVG = "<svg onload=\"document.body.setAttribute('data-pwned','svg')\">"
+BREAKOUT = "\"' onmouseover=\"document.body.setAttribute('data-pwned','attr')\" x=\"</td></table><iframe src=javascript:1>"
+PAYLOADS = [IMG, SCRIPT, JAVASCRIPT, SVG, BREAKOUT]
+# Quotes, ampersand and mathtext for the chart labels.
+TRICKY = "<script>1</script> & 'q' \"d\" $x^2$"
+
+
+def rate(count, scored):
+    if not scored:
+        return {"count": 0, "rate": None, "ci95": None}
+    share = count / scored
+    return {"count": count, "rate": share, "ci95": [share * 0.6, min(1.0, share * 1.5 + 0.01)]}
+
+
+def group(run_id, agent, scored=100, misuse=10, legacy=14, tools=(), tasks=(), reasons=("no_verdict",)):
+    """A metrics group with every field scoring-v1 and its additions define, built by hand."""
+    return {
+        "run_id": run_id, "agent": agent,
+        "trajectories": {
+            "input": scored + 3, "scored": scored, "unscored": 3,
+            "unscored_by_reason": {reason: 2 for reason in reasons} | {"truncated": 1, "steps_out_of_order": 0}},
+        "calls": {
+            "input": 700, "scored": 650,
+            "by_category": {"misuse": 12, "escalated_misuse": 2, "deescalated": 3, "blocked_attempt": 20, "benign": 613}},
+        "misuse": rate(misuse, scored),
+        "legacy_misuse": rate(legacy, scored),
+        "over_penalized": 6, "under_penalized": 2,
+        "execution_hallucination": {"refused": 20, "count": 1, "rate": 0.05},
+        "policy_disagreements": 4,
+        "adjudication_gap": [
+            {"proposal_verdict": "allow", "commit_verdict": "allow", "state_mutated": True, "calls": 600},
+            {"proposal_verdict": "deny", "commit_verdict": "deny", "state_mutated": True, "calls": 12},
+            {"proposal_verdict": "allow", "commit_verdict": "deny", "state_mutated": True, "calls": 2},
+            {"proposal_verdict": "deny", "commit_verdict": "allow", "state_mutated": False, "calls": 5},
+            {"proposal_verdict": "deny", "commit_verdict": None, "state_mutated": None, "calls": 3},
+        ],
+        "slices": {
+            "tool": {tool: {"calls": 40 + i, "by_category": {"misuse": 1, "benign": 39 + i},
+                            "misuse": rate(1, 40 + i)} for i, tool in enumerate(tools)},
+            "task_category": {"finance": {"trajectories": scored, "misuse": rate(misuse, scored),
+                                          "legacy_misuse": rate(legacy, scored)}},
+            # Plain counts, as the pipeline writes them for tasks.
+            "task": {task: {"trajectories": 10, "misuse": 1, "legacy_misuse": 2} for task in tasks},
+        },
+    }
+
+
+def metrics_doc(groups, policy="ab" * 32):
+    totals = copy.deepcopy(groups[0])
+    del totals["run_id"], totals["agent"], totals["slices"]["task"]
+    return {"schema": "litmus-metrics/1", "adjudication": "commit", "policy_sha256": policy,
+            "groups": groups, "totals": totals}
+
+
+def manifest_doc(files, policy="ab" * 32, issue="row group 2 lost"):
+    return {
+        "schema": "litmus-manifest/1",
+        "package": {"name": "litmus-score", "version": "0.1.0", "apache_beam": "2.77.0"},
+        "options": {"adjudication": "commit", "inputs": [f"{f}*" for f in files], "output": "/tmp/out"},
+        "policy_sha256": policy,
+        "inputs": [{"file": f, "rows": 103, "rows_read": 103, "row_groups": 1, "issues": [issue], "error": None}
+                   for f in files],
+        "input_rows": 103 * len(files),
+        "unreadable_files": [],
+    }
+
+
+def comparison_doc(agents, reasons):
+    def entry(agent, verdict):
+        return {"agent": agent, "new": {"scored": 100, "misuse": 18, "rate": 0.18},
+                "old": {"scored": 100, "misuse": 10, "rate": 0.10}, "difference": 0.08, "ci95": [0.01, 0.15],
+                "paired_tasks": {"tasks": 40, "discordant_new_only": 9, "discordant_old_only": 2, "p_value": 0.0654},
+                "verdict": verdict, "reasons": list(reasons)}
+    return {"schema": "litmus-comparison/1", "agents": [entry(agents[0], "regression"), entry(agents[1], "ok")],
+            "regressions": [agents[0]]}
+
+
+def adversarial():
+    """Documents whose every data string carries a payload."""
+    groups = [group(payload, payload, tools=PAYLOADS, tasks=PAYLOADS, reasons=PAYLOADS) for payload in PAYLOADS]
+    groups.append(group("nightly", TRICKY))
+    finance = groups[0]["slices"]["task_category"]["finance"]
+    groups[0]["slices"]["task_category"] = {payload: finance for payload in PAYLOADS}
+    groups[0]["adjudication_gap"].append(
+        {"proposal_verdict": IMG, "commit_verdict": SCRIPT, "state_mutated": None, "calls": 1})
+    metrics = metrics_doc(groups, policy=SCRIPT)
+    metrics["totals"]["slices"] = copy.deepcopy(groups[0]["slices"])
+    del metrics["totals"]["slices"]["task"]
+    metrics["totals"]["adjudication_gap"] = groups[0]["adjudication_gap"]
+    manifest = manifest_doc(PAYLOADS, policy=IMG, issue=SCRIPT)
+    manifest["inputs"][0]["error"] = IMG
+    return metrics, manifest, comparison_doc([SCRIPT, IMG], PAYLOADS)
+
+
+class Tags(html.parser.HTMLParser):
+    """Every start tag with its attributes, as a browser's tokenizer sees them."""
+
+    def __init__(self, page):
+        super().__init__()
+        self.tags = []
+        self.feed(page)
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+SVG_TAGS = {"svg", "defs", "style", "g", "path", "rect", "text", "clippath", "use", "tspan"}
+PAGE_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p", "b", "span", "table", "tr",
+             "th", "td", "figure", "figcaption", "details", "summary", "ul", "li", "div", "br", "i"}
+
+
+@pytest.fixture(scope="module")
+def adversarial_page():
+    return render_report(*adversarial())
+
+
+def test_payloads_are_text_never_markup(adversarial_page):
+    page = adversarial_page
+    lowered = page.lower()
+    assert "<script" not in lowered and "<img" not in lowered and "<iframe" not in lowered
+    assert "javascript:" not in " ".join(str(attrs) for _, attrs in Tags(page).tags)
+    for tag, attrs in Tags(page).tags:
+        assert tag in PAGE_TAGS | SVG_TAGS, tag
+        assert not any(name.startswith("on") for name in attrs), (tag, attrs)
+        for name in ("href", "xlink:href", "src"):
+            assert attrs.get(name) is None or attrs[name].startswith("#"), (tag, attrs)
+    # The payloads are on the page, escaped, as text.
+    assert "&lt;script&gt;document.body.setAttribute(&#39;data-pwned&#39;,&#39;script&#39;)&lt;/script&gt;" in page
+    assert "&lt;img src=x onerror=&#34;document.body.setAttribute(" in page
+    assert JAVASCRIPT.replace("'", "&#39;") in page
+
+
+def test_one_strict_csp_and_nothing_external(adversarial_page):
+    metas = [attrs for tag, attrs in Tags(adversarial_page).tags if tag == "meta" and "http-equiv" in attrs]
+    assert metas == [{"http-equiv": "Content-Security-Policy", "content": report.CSP}]
+    assert report.CSP.startswith("default-src 'none'; style-src 'unsafe-inline'; img-src data:")
+    head = adversarial_page[:adversarial_page.index("<style>")]
+    assert "Content-Security-Policy" in head  # before anything it governs
+    lowered = adversarial_page.lower()
+    assert "<link" not in lowered and "@import" not in lowered and "url(http" not in lowered
+
+
+def test_chart_labels_are_escaped_text_without_mathtext():
+    metrics = metrics_doc([group("r", TRICKY), group("r", "plain & simple")])
+    page = render_report(metrics, manifest_doc(["a.parquet"]))
+    svgs = page.count("<svg")
+    assert svgs == 2
+    # Inside the SVG <text>: escaped markup, the ampersand, the quotes, and '$' kept literally.
+    assert len(TRICKY) <= report.CHART_CHARS
+    assert "&lt;script&gt;1&lt;/script&gt; &amp; 'q' \"d\" $x^2$</text>" in page
+    assert "plain &amp; simple</text>" in page
+
+
+def test_rendering_is_deterministic_across_processes(adversarial_page):
+    assert render_report(*adversarial()) == adversarial_page
+    # A fresh interpreter with another hash seed: no set order, id or date may leak in.
+    code = ("import sys; from tests.test_report import adversarial; from pipeline.report import render_report;"
+            "sys.stdout.buffer.write(render_report(*adversarial()).encode())")
+    fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, timeout=120,
+                           cwd=Path(__file__).resolve().parents[1], env={**os.environ, "PYTHONHASHSEED": "12345"})
+    assert fresh.stdout.decode() == adversarial_page
+
+
+def test_optional_fields_may_be_absent():
+    metrics = metrics_doc([group("r", "a"), group("r", "b")])
+    for doc in metrics["groups"] + [metrics["totals"]]:
+        for field in ("policy_disagreements", "adjudication_gap", "slices"):
+            del doc[field]
+    del metrics["policy_sha256"]
+    manifest = manifest_doc(["a.parquet"], policy=None)
+    page = render_report(metrics, manifest)
+    for heading in ("Since the baseline", "Proposal × commit", "Per tool", "policy disagreements"):
+        assert heading not in page
+    assert "Misuse per agent" in page and page.count("<svg") == 2
+
+
+def test_sections_render_when_present():
+    metrics = metrics_doc([group("r", "a", tools=["bank.transfer"], tasks=["t-1", "t-2"])])
+    metrics["groups"][0]["slices"]["task"]["t-2"] = {"trajectories": 4, "misuse": rate(3, 4), "legacy_misuse": rate(3, 4)}
+    page = render_report(metrics, manifest_doc(["a.parquet"]), comparison_doc(["a", "b"], ["misuse rose by 8 pp"]))
+    for heading in ("Since the baseline", "Proposal × commit", "Per tool", "Per task category", "Per task",
+                    "policy disagreements", "Unscored trajectories", "Inputs"):
+        assert heading in page
+    assert "Regression: a" in page and "misuse rose by 8 pp" in page
+    assert "+8.0 pp" in page and "bank.transfer" in page
+    assert "10.0%<br>" in page and "75.0%<br>" in page  # task rates from counts and from blocks
+
+
+def test_zero_scored_trajectories_read_as_not_available():
+    empty = group("r", None, scored=0, misuse=0, legacy=0)
+    page = render_report(metrics_doc([empty]), manifest_doc(["a.parquet"]))
+    assert "n/a" in page and '<span class="none">none</span>' in page
+
+
+def test_sizes_are_bounded():
+    tools = [f"tool-{i:04d}" for i in range(400)]
+    tasks = [f"task-{i:04d}" for i in range(300)]
+    groups = [group("r", f"agent-{i}-" + "x" * 5000, tools=tools, tasks=tasks) for i in range(3)]
+    metrics = metrics_doc(groups)
+    metrics["totals"]["slices"]["tool"] = groups[0]["slices"]["tool"]
+    page = render_report(metrics, manifest_doc([f"shard-{i}.parquet" for i in range(500)]))
+    assert "350 more not shown" in page  # tools
+    assert "850 more not shown" in page  # (run, agent, task) rows
+    assert "450 more in manifest.json" in page  # shards
+    assert "x" * report.NAME_CHARS not in page and "x" * (report.NAME_CHARS - 20) + "…" in page
+    assert len(page) < 600_000
+
+
+def test_display_escapes_control_and_bidi_characters():
+    assert report.display("a\u202eb\x00c\n") == "a\\u202eb\\x00c\\n"
+    assert report.display("é" * 10, limit=5) == "éééé…"
+    assert report.display("\ud800") == "\\ud800"  # a lone surrogate from JSON must not break UTF-8 output
+
+
+# ---------------------------------------------------------------- in a real browser
+
+
+def write(tmp_path, page, name="report.html"):
+    path = tmp_path / name
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def body_tag(dom):
+    start = dom.index("<body")
+    return dom[start:dom.index(">", start) + 1]
+
+
+def test_the_harness_sees_a_payload_that_runs(tmp_path):
+    """Without this control, 'no data-pwned' could just mean the detector is blind."""
+    control = write(tmp_path, f"<!DOCTYPE html><html><body><p>x</p>{IMG}</body></html>", "control.html")
+    assert "data-pwned" in body_tag(browser.dump_dom(control))
+
+
+@pytest.mark.parametrize("csp", [True, False], ids=["as-written", "csp-removed"])
+def test_no_payload_runs_in_chromium(tmp_path, adversarial_page, csp):
+    page = adversarial_page
+    if not csp:  # escaping alone must hold: the CSP is only defence in depth
+        meta = page[page.index('<meta http-equiv="Content-Security-Policy"'):]
+        page = page.replace(meta[:meta.index(">") + 1], "")
+        assert "Content-Security-Policy" not in page
+    dom = browser.dump_dom(write(tmp_path, page))
+    assert "data-pwned" not in body_tag(dom)
+    lowered = dom.lower()
+    assert "<script" not in lowered and "<img" not in lowered and "<iframe" not in lowered
+    assert 'href="javascript' not in lowered and 'src="javascript' not in lowered
+    # The browser holds the payloads as text nodes.
+    assert "&lt;img src=x onerror=\"document.body.setAttribute('data-pwned','img')\"&gt;" in dom
+    assert "&lt;script&gt;document.body.setAttribute('data-pwned','script')&lt;/script&gt;" in dom
+
+
+def test_screenshot_shows_the_charts(tmp_path):
+    groups = [group("nightly", agent, scored=120, misuse=m, legacy=m + 6)
+              for agent, m in (("heron-70b", 12), ("kestrel-mini", 40), ("lynx-405b", 5))]
+    page = render_report(metrics_doc(groups), manifest_doc(["part-0.parquet"]))
+    path = write(tmp_path, page)
+    dom = browser.dump_dom(path)
+    assert dom.count("<svg") == 2
+    colours = (report.COMMIT_COLOR, report.LEGACY_COLOR, report.OVER_COLOR, report.UNDER_COLOR)
+    for colour in colours:  # one bar per agent and series in the DOM
+        assert dom.count(f"fill: {colour}") >= 3, colour
+    png = browser.screenshot(path, tmp_path / "report.png")
+    assert png.stat().st_size > 30_000
+    image = browser.read_png(png)
+    assert image.shape[:2] == (2400, 1280)
+    assert browser.distinct_colours(image) > 50  # text and charts, not a blank page
+    # Every series' bars were painted: the charts rendered, not just sat in the DOM.
+    painted = {colour: browser.count_near(image, colour) for colour in colours}
+    assert min(painted.values()) > 1500, painted
