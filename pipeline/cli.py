@@ -103,7 +103,6 @@ def score(argv) -> int:
 
     from pipeline import graph
     from pipeline.options import ScoreOptions, UsageError, load_baseline_metrics, validate
-    from scoring.compare import compare_metrics
     from transforms.write import MANIFEST_FILE, METRICS_FILE, write_text
 
     if any(arg in ("-h", "--help") for arg in argv):
@@ -136,6 +135,8 @@ def score(argv) -> int:
     manifest = _read_json(FileSystems.join(config.output, MANIFEST_FILE))
     comparison = None
     if config.baseline:
+        from scoring.compare import compare_metrics
+
         baseline = load_baseline_metrics(config.baseline, config.adjudication)
         comparison = compare_metrics(metrics, baseline, config.thresholds)
     finish_run(config.output, metrics, manifest, comparison)
@@ -151,10 +152,10 @@ def score(argv) -> int:
 
 def compare(args) -> int:
     """Compares a finished run with a baseline run; writes comparison.json and the report."""
-    from scoring.compare import DEFAULT_THRESHOLDS, compare_metrics, load_thresholds
+    from scoring.compare import compare_metrics, load_thresholds
 
     try:
-        thresholds = load_thresholds(args.thresholds) if args.thresholds else DEFAULT_THRESHOLDS
+        thresholds = load_thresholds(args.thresholds) if args.thresholds else None
         new, old = (_read_json(str(Path(folder) / "metrics.json")) for folder in (args.new, args.old))
         manifest = _read_json(str(Path(args.new) / "manifest.json"))
         comparison = compare_metrics(new, old, thresholds)

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from scoring import contract as c
-from scoring.compare import DEFAULT_THRESHOLDS, Thresholds, ThresholdsError, load_thresholds
-from scoring.policy import PolicyDocument, PolicyError, load_policy
 from transforms.read import DEFAULT_BATCH_ROWS, NoMatchingShards, match_shards
+
+if TYPE_CHECKING:
+    from scoring.compare import Thresholds
+    from scoring.policy import PolicyDocument
 
 
 class UsageError(ValueError):
@@ -61,7 +63,7 @@ class ScoreConfig:
     policy_file: Optional[str] = None
     policy: Optional[PolicyDocument] = None
     baseline: Optional[str] = None
-    thresholds: Thresholds = DEFAULT_THRESHOLDS
+    thresholds: Optional[Thresholds] = None  # None: scoring.compare.DEFAULT_THRESHOLDS
 
     def as_dict(self) -> dict:
         return {
@@ -114,12 +116,20 @@ def validate(options: PipelineOptions) -> ScoreConfig:
     output = score.output.rstrip("/") or "/"
     if _holds_results(output):
         raise UsageError(f"output folder {output!r} is not empty (it may hold another run's results); choose a new one")
+    # pydantic and PyYAML load only when a policy or thresholds file is given.
+    policy = thresholds = None
     try:
-        policy = load_policy(score.policy) if score.policy else None
-        thresholds = load_thresholds(score.thresholds) if score.thresholds else DEFAULT_THRESHOLDS
+        if score.policy:
+            from scoring.policy import load_policy
+
+            policy = load_policy(score.policy)
+        if score.thresholds:
+            from scoring.compare import load_thresholds
+
+            thresholds = load_thresholds(score.thresholds)
     except OSError as error:
         raise UsageError(f"cannot read {error.filename}: {error.strerror}") from None
-    except (PolicyError, ThresholdsError) as error:
+    except ValueError as error:  # PolicyError, ThresholdsError: one line naming file and field
         raise UsageError(str(error)) from None
     if score.baseline:
         load_baseline_metrics(score.baseline, mode)

@@ -80,7 +80,9 @@ def batch_statistics(resolved: Resolved, codes: np.ndarray, names, misuse_call: 
     stats = {}
 
     def into(g):
-        return stats.setdefault(keys[g], m.new_group())
+        if keys[g] not in stats:
+            stats[keys[g]] = m.new_group()
+        return stats[keys[g]]
 
     for name, values in counters.items():
         for g, _, total in _nonzero(np.bincount(group, weights=values, minlength=groups).astype(np.int64), 1):
