@@ -24,7 +24,8 @@ from transforms.write import WriteOutputs
 class ScoreTrajectories(beam.PTransform):
     """Input patterns -> dict of PCollections: scored, unscored, metrics, shard_reports.
 
-    `scored` and `unscored` hold pa.Tables (schemas in transforms.schema);
+    `scored` holds pa.Tables, `unscored` is a dict of PCollections of
+    pa.Tables by where they were set aside (schemas in transforms.schema);
     `metrics` holds the single metrics.json document. `policy` (a
     scoring.policy.PolicyDocument) decides where no verdict was recorded.
     """
@@ -47,11 +48,12 @@ class ScoreTrajectories(beam.PTransform):
             | "Gather failed batches" >> beam.Flatten()
             | "Keep failed rows as unscored" >> beam.Map(failed_batch_to_unscored).with_output_types(pa.Table)
         )
-        unscored = (checked[UNSCORED], resolved[UNSCORED], failed) | "Gather unscored" >> beam.Flatten()
-        statistics = (
-            classified[STATS],
-            unscored | "Count unscored" >> beam.Map(unscored_statistics),
-        ) | "Gather statistics" >> beam.Flatten()
+        # Kept apart, not flattened: a runner may materialize a Flatten, and
+        # the UNSCORED records carry whole input rows.
+        unscored = {"incomplete": checked[UNSCORED], "unresolved": resolved[UNSCORED], "failed": failed}
+        statistics = [classified[STATS]] + [
+            records | f"Count {name} unscored" >> beam.Map(unscored_statistics) for name, records in unscored.items()
+        ] | "Gather statistics" >> beam.Flatten()
         policy_sha256 = self._policy.sha256 if self._policy is not None else None
         return {
             "scored": classified.scored,

@@ -3,7 +3,8 @@
     OUTPUT/metrics.json     run-level metrics (scoring-v1), sorted keys
     OUTPUT/manifest.json    what was read and how
     OUTPUT/scored/*.parquet one row per scored call
-    OUTPUT/unscored/*.parquet one row per unscored trajectory, input row kept
+    OUTPUT/unscored/*.parquet one row per unscored trajectory, input row kept;
+                            files named by the stage that set them aside
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def manifest_document(reports, header: dict) -> dict:
 class WriteOutputs(beam.PTransform):
     """Writes scored and UNSCORED tables, metrics and the manifest under `output`.
 
-    Takes a dict of PCollections: scored, unscored (pa.Tables), metrics (one
+    Takes a dict of PCollections: scored (pa.Tables), unscored (a dict of
+    name -> PCollection of pa.Tables, one file set per name), metrics (one
     document) and shard_reports (one dict per input file).
     """
 
@@ -61,9 +63,10 @@ class WriteOutputs(beam.PTransform):
         outputs["scored"] | "Write scored calls" >> beam.io.WriteToParquetBatched(
             self._path(SCORED_DIR, "part"), schema=s.SCORED, codec="snappy", file_name_suffix=".parquet"
         )
-        outputs["unscored"] | "Write unscored trajectories" >> beam.io.WriteToParquetBatched(
-            self._path(UNSCORED_DIR, "part"), schema=s.UNSCORED, codec="snappy", file_name_suffix=".parquet"
-        )
+        for name, records in outputs["unscored"].items():
+            records | f"Write {name} unscored trajectories" >> beam.io.WriteToParquetBatched(
+                self._path(UNSCORED_DIR, name), schema=s.UNSCORED, codec="snappy", file_name_suffix=".parquet"
+            )
         metrics_path, manifest_path = self._path(METRICS_FILE), self._path(MANIFEST_FILE)
         outputs["metrics"] | "Write metrics.json" >> beam.Map(lambda doc: write_text(metrics_path, to_json(doc)))
         return (
