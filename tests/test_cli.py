@@ -145,3 +145,19 @@ def test_module_entry_point_and_demo(tmp_path):
         assert "TOTAL" in done.stdout and "outputs:" in done.stdout
     totals = load_json(demo / "out" / "metrics.json")["totals"]
     assert (totals["over_penalized"], totals["under_penalized"]) == (37, 9)
+
+
+def test_nanosecond_timestamps_are_read(tmp_path, score_cli):
+    row = b.trajectory("ns", b.calls_of(("allow", b.commit())))
+    table = b.table([row])
+    calls_type = table.schema.field("calls").type
+    fine = s.TRAJECTORY.set(9, pa.field("calls", pa.list_(pa.struct([
+        f if f.name not in ("proposal", "commit") else pa.field(f.name, pa.struct([
+            g.with_type(pa.timestamp("ns")) if g.name == "at" else g for g in f.type]))
+        for f in calls_type.value_type]))))
+    row["calls"][0]["proposal"]["at"] = 1_764_000_000_123_456_789
+    b.write_shard(tmp_path / "ns.parquet", [row], schema=fine)
+    code, out = score_cli([tmp_path / "ns.parquet"])
+    assert code == 0
+    assert load_json(out / "manifest.json")["inputs"][0]["issues"] == []
+    assert load_json(out / "metrics.json")["totals"]["trajectories"]["scored"] == 1

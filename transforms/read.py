@@ -57,8 +57,11 @@ def conform_array(array: pa.Array, target: pa.DataType, path: str) -> pa.Array:
         values = conform_array(array.values, target.value_type, path)
         offsets = pc.cast(array.offsets, pa.int32())
         return pa.ListArray.from_arrays(offsets, values, type=target, mask=array.is_null())
+    # A finer timestamp (pandas writes nanoseconds) is truncated to the
+    # contract's microseconds; every other cast must be lossless.
+    lossless = not (pa.types.is_timestamp(target) and pa.types.is_timestamp(array.type))
     try:
-        return pc.cast(array, target, safe=True)
+        return pc.cast(array, target, safe=lossless)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         raise ColumnTypeError(path, array.type, target) from None
 
