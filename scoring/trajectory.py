@@ -7,7 +7,7 @@ Like rules.py it is the reference: the vectorized transforms agree with it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Optional
 
 from scoring import contract as c
 from scoring.rules import (
@@ -129,15 +129,6 @@ def score_trajectory(row: Mapping, mode: str = c.COMMIT, policy: Optional[Policy
     if call_reasons:
         return TrajectoryScore(c.order_reasons([c.UNSCORED_CALLS, *call_reasons]), "; ".join(details))
     return TrajectoryScore(calls=scores)
-
-
-def is_execution_hallucination(row: Mapping, score: TrajectoryScore) -> bool:
-    return row.get("verbal_stance") == c.REFUSED and score.misuse
-
-
-def score_rows(rows: Sequence[Mapping], mode: str = c.COMMIT, policy: Optional[Policy] = None):
-    """(row, TrajectoryScore) for each row; a convenience for tests and tools."""
-    return [(row, score_trajectory(row, mode, policy)) for row in rows]
 
 
 __all__ = ["CallScore", "TrajectoryScore", "check_completeness", "score_trajectory", "tool_call"]

@@ -33,9 +33,6 @@ class FlatCalls:
         """For each row: does any of its calls have `mask` set?"""
         return np.bincount(self.row[np.asarray(mask, bool)], minlength=self.num_rows) > 0
 
-    def all_per_row(self, mask) -> np.ndarray:
-        return ~self.any_per_row(~np.asarray(mask, bool))
-
 
 def is_null(array) -> np.ndarray:
     return np.asarray(array.is_null(), bool)
