@@ -161,3 +161,21 @@ def test_nanosecond_timestamps_are_read(tmp_path, score_cli):
     assert code == 0
     assert load_json(out / "manifest.json")["inputs"][0]["issues"] == []
     assert load_json(out / "metrics.json")["totals"]["trajectories"]["scored"] == 1
+
+
+def test_a_batch_that_raises_is_kept_as_unscored_rows(tmp_path, score_cli, monkeypatch):
+    # The safety net: an unexpected error (here a simulated bug in the
+    # completeness check) must not lose rows or fail the run.
+    def broken(batch):
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr("transforms.completeness.completeness_reasons", broken)
+    b.write_shard(tmp_path / "x.parquet", [b.trajectory(f"t{i}", b.calls_of(("allow", b.commit()))) for i in range(3)])
+    code, out = score_cli([tmp_path / "x.parquet"])
+    assert code == 4
+    totals = load_json(out / "metrics.json")["totals"]
+    assert totals["trajectories"]["input"] == 3
+    assert totals["trajectories"]["unscored_by_reason"]["pipeline_error"] == 3
+    kept = pq.read_table(out / "unscored").to_pylist()
+    assert sorted(r["trajectory_id"] for r in kept) == ["t0", "t1", "t2"]
+    assert all(r["reasons"] == ["pipeline_error"] and "simulated bug" in r["detail"] for r in kept)

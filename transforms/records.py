@@ -1,4 +1,4 @@
-"""Records shared by the stages: UNSCORED rows and per-trajectory counter tables."""
+"""Records shared by the stages: the UNSCORED record and the safety net's dead letters."""
 
 from __future__ import annotations
 
