@@ -16,6 +16,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from pipeline import text
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE_INPUT = 0, 1, 2, 4
 SUCCESS_MARKER = "_SUCCESS"
 COMPARISON_FILE = "comparison.json"
@@ -32,9 +34,8 @@ def _package_version() -> str:
 
 
 def _printable(value) -> str:
-    """Text from trajectories, safe for a terminal: control characters escaped."""
-    text = "-" if value is None else str(value)
-    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+    """Text from trajectories, safe for a terminal: control characters escaped, length bounded."""
+    return "-" if value is None else text.display(value, text.TERMINAL_CHARS)
 
 
 def _rate(block) -> str:

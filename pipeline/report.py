@@ -24,6 +24,7 @@ from markupsafe import Markup
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
+from pipeline import text
 from scoring.stats import wilson_interval
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
@@ -57,9 +58,7 @@ _NONE_HTML = Markup('<span class="none">none</span>')
 
 def display(value, limit: int = NAME_CHARS) -> str:
     """A data string for display: non-printable characters escaped, cut at `limit` with an ellipsis."""
-    raw = str(value)[: limit * 4]  # bounds the work; escaping only lengthens
-    shown = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in raw)
-    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+    return text.display(value, limit)
 
 
 def _name(value, limit: int = NAME_CHARS):
