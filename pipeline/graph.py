@@ -15,7 +15,7 @@ from transforms import coders  # noqa: F401  (registers the Arrow element coders
 from transforms.classify import STATS, Classify, unscored_statistics
 from transforms.completeness import CheckCompleteness
 from transforms.metrics import ComputeMetrics
-from transforms.read import SHARD_REPORTS, ReadShards
+from transforms.read import DEFAULT_BATCH_ROWS, SHARD_REPORTS, ReadShards
 from transforms.records import FAILED, UNSCORED, failed_batch_to_unscored
 from transforms.resolve import ResolveContexts
 from transforms.write import WriteOutputs
@@ -30,9 +30,9 @@ class ScoreTrajectories(beam.PTransform):
     scoring.policy.PolicyDocument) decides where no verdict was recorded.
     """
 
-    def __init__(self, inputs, mode: str = c.COMMIT, batch_rows: int | None = None, policy=None):
+    def __init__(self, inputs, mode: str = c.COMMIT, batch_rows: int = DEFAULT_BATCH_ROWS, policy=None):
         super().__init__()
-        self._read = ReadShards(inputs, **({"batch_rows": batch_rows} if batch_rows else {}))
+        self._read = ReadShards(inputs, batch_rows)
         self._mode = c.check_mode(mode)
         self._policy = policy
 
