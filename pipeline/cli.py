@@ -104,6 +104,7 @@ def score(argv) -> int:
 
     from pipeline import graph
     from pipeline.options import ScoreOptions, UsageError, load_baseline_metrics, validate
+    from transforms.read import NoMatchingShards
     from transforms.write import MANIFEST_FILE, METRICS_FILE, write_text
 
     if any(arg in ("-h", "--help") for arg in argv):
@@ -126,7 +127,12 @@ def score(argv) -> int:
         "policy_sha256": config.policy.sha256 if config.policy is not None else None,
     }
     pipeline = beam.Pipeline(options=options)
-    graph.build(pipeline, config, header, config.policy)
+    try:
+        # Globs are matched here, once, before any work is launched.
+        graph.build(pipeline, config, header, config.policy)
+    except NoMatchingShards as error:
+        print(f"litmus-score: {error}", file=sys.stderr)
+        return EXIT_USAGE
     result = pipeline.run()
     state = result.wait_until_finish()
     if state != beam.runners.runner.PipelineState.DONE:

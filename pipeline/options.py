@@ -11,7 +11,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from scoring import contract as c
-from transforms.read import DEFAULT_BATCH_ROWS, NoMatchingShards, match_shards
+from transforms.read import DEFAULT_BATCH_ROWS
 
 if TYPE_CHECKING:
     from scoring.compare import Thresholds
@@ -109,10 +109,6 @@ def validate(options: PipelineOptions) -> ScoreConfig:
         raise UsageError(str(error)) from None
     if score.batch_rows < 1:
         raise UsageError(f"--batch_rows must be positive, got {score.batch_rows}")
-    try:
-        match_shards(score.inputs)
-    except NoMatchingShards as error:
-        raise UsageError(str(error)) from None
     output = score.output.rstrip("/") or "/"
     if _holds_results(output):
         raise UsageError(f"output folder {output!r} is not empty (it may hold another run's results); choose a new one")
