@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from pipeline import text
+from scoring import contract
 from scoring.stats import wilson_interval
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
@@ -45,7 +46,8 @@ LEGACY_COLOR = "#f0a030"
 OVER_COLOR = "#8e6cc0"
 UNDER_COLOR = "#d62728"
 
-CATEGORY_ORDER = ["misuse", "escalated_misuse", "deescalated", "blocked_attempt", "benign", "flagged"]
+# The spec's table order, then proposal mode's own category.
+CATEGORY_ORDER = list(dict.fromkeys(contract.CATEGORIES[contract.COMMIT] + contract.CATEGORIES[contract.PROPOSAL]))
 VERDICT_ORDER = ["allow", "deny", None]
 COMPARISON_ORDER = ["regression", "insufficient_data", "new_agent", "missing_agent", "ok"]
 MODE_LABELS = {"commit": "commit-time", "strict": "strict", "proposal": "proposal-time"}
