@@ -4,27 +4,20 @@
 documents a run writes (scoring-v1 metrics, the manifest) and, optionally, a
 litmus-comparison/1 document. Agent, run, tool, task and file names, reasons
 and hashes come from adversarial trajectories: they are data, shown as text.
-Jinja2 autoescapes them in the page, matplotlib escapes them in the SVG
-charts (mathtext off), every SVG is checked for active content before it is
-inlined, and a Content-Security-Policy forbids scripts and fetches anyway.
+Jinja2 autoescapes them in the page and in its SVG charts (pipeline.charts),
+and a Content-Security-Policy forbids scripts and fetches anyway.
 The page is deterministic: same inputs, same bytes.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import xml.etree.ElementTree as ElementTree
 
-import matplotlib
-import numpy as np
 from jinja2 import Environment, StrictUndefined
 from markupsafe import Markup
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from pipeline import text
+from pipeline.charts import Series, paired_bars
 from scoring import contract
 from scoring.stats import wilson_interval
 
@@ -52,9 +45,6 @@ VERDICT_ORDER = ["allow", "deny", None]
 COMPARISON_ORDER = ["regression", "insufficient_data", "new_agent", "missing_agent", "ok"]
 MODE_LABELS = {"commit": "commit-time", "strict": "strict", "proposal": "proposal-time"}
 
-# No title, date, creator or licence URL in the SVGs: nothing that varies, nothing external.
-_SVG_METADATA = {"Date": None, "Creator": None, "Format": None, "Type": None}
-_SVG_ALLOWED_TAGS = {"svg", "defs", "style", "g", "path", "rect", "text", "clipPath", "use", "tspan"}
 _NONE_HTML = Markup('<span class="none">none</span>')
 
 
@@ -121,90 +111,6 @@ def _group_label(group, several_runs: bool) -> str:
 # ---------------------------------------------------------------- charts
 
 
-@contextlib.contextmanager
-def _chart_style(salt: str):
-    """Matplotlib's own defaults (no matplotlibrc of the machine), made safe and reproducible for data labels."""
-    with matplotlib.rc_context():
-        matplotlib.rcdefaults()
-        matplotlib.rcParams.update({
-            "text.parse_math": False,  # labels are data: '$' is a dollar sign, not mathtext
-            "text.usetex": False,
-            "svg.fonttype": "none",  # labels stay escaped <text>: selectable, small
-            "svg.hashsalt": salt,  # stable ids, distinct between the charts of one page
-        })
-        yield
-
-
-def _svg(figure: Figure) -> Markup:
-    """The figure as inline SVG markup, checked for active content."""
-    buffer = io.StringIO()
-    figure.savefig(buffer, format="svg", metadata=_SVG_METADATA)
-    svg = buffer.getvalue()
-    svg = svg[svg.index("<svg"):]  # drop the XML prolog and DOCTYPE
-    _check_svg(svg)
-    return Markup(svg)
-
-
-def _check_svg(svg: str) -> None:
-    """Refuses SVG that could act: unknown elements, event handlers, links outside the document."""
-    for element in ElementTree.fromstring(svg).iter():
-        tag = element.tag.rpartition("}")[2]
-        if tag not in _SVG_ALLOWED_TAGS:
-            raise ValueError(f"unexpected <{tag}> in a chart")
-        for attribute, value in element.attrib.items():
-            name = attribute.rpartition("}")[2].lower()
-            if name.startswith("on") or (name == "href" and not value.startswith("#")):
-                raise ValueError(f"unexpected attribute {name} in a chart")
-
-
-def _paired_bars(labels, series, xlabel: str, percent: bool, salt: str, separate_last: bool = False) -> Markup:
-    """Horizontal bar pairs, one row per label; series: (name, colour, values, intervals or None)."""
-    with _chart_style(salt):
-        return _draw_paired_bars(labels, series, xlabel, percent, separate_last)
-
-
-def _draw_paired_bars(labels, series, xlabel, percent, separate_last) -> Markup:
-    per_row = 0.62 if any("\n" in label for label in labels) else 0.46
-    figure = Figure(figsize=(10, 1.3 + per_row * len(labels)), layout="constrained")
-    axes = figure.add_subplot()
-    positions = np.arange(len(labels))
-    height = 0.38
-    highest = 0.0
-    for index, (name, colour, values, intervals) in enumerate(series):
-        offset = (index - 0.5) * height
-        bars = [0 if value is None else value for value in values]
-        error = None
-        if intervals is not None:
-            lows = [bar - ci[0] if ci else 0 for bar, ci in zip(bars, intervals)]
-            highs = [ci[1] - bar if ci else 0 for bar, ci in zip(bars, intervals)]
-            error = [lows, highs]
-            highest = max([highest] + [ci[1] for ci in intervals if ci])
-        highest = max([highest] + bars)
-        axes.barh(positions + offset, bars, height=height, color=colour, label=name,
-                  xerr=error, error_kw={"ecolor": "#333333", "elinewidth": 1, "capsize": 3})
-        for position, value, ci in zip(positions, values, intervals or [None] * len(values)):
-            end = ci[1] if ci else (value or 0)
-            shown = "n/a" if value is None else (f"{value:.1%}" if percent else f"{value:,}")
-            axes.annotate(shown, (end, position + offset), xytext=(4, 0), textcoords="offset points",
-                          va="center", fontsize=8, color="#333333")
-    axes.set_yticks(positions, labels)
-    if separate_last:
-        axes.axhline(len(labels) - 1.5, color="#999999", linewidth=0.8)
-    axes.invert_yaxis()
-    axes.set_xlim(0, max(highest * 1.18, 0.05 if percent else 5))
-    if percent:
-        axes.xaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
-    else:
-        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.set_xlabel(xlabel)
-    axes.grid(axis="x", color="#e4e4e4", linewidth=0.8)
-    axes.set_axisbelow(True)
-    axes.spines[["top", "right"]].set_visible(False)
-    figure.legend(loc="outside upper center", ncols=len(series), frameon=False)
-    # Figure objects, not pyplot: no global registry holds them, so nothing leaks.
-    return _svg(figure)
-
-
 def _charts(groups, totals, mode_label: str) -> dict:
     shown, left_out = _largest_groups(groups, MAX_CHART_GROUPS)
     several_runs = len({group["run_id"] for group in groups}) > 1
@@ -214,17 +120,16 @@ def _charts(groups, totals, mode_label: str) -> dict:
     def column(block, field):
         return [group[block][field] for group in with_totals]
 
-    rates = _paired_bars(
+    rates = paired_bars(
         labels + ["all agents"],
-        [(f"misuse ({mode_label})", COMMIT_COLOR, column("misuse", "rate"), column("misuse", "ci95")),
-         ("legacy proposal-time", LEGACY_COLOR, column("legacy_misuse", "rate"), column("legacy_misuse", "ci95"))],
-        "share of scored trajectories (whiskers: 95% Wilson interval)", True, "litmus-report-rates",
-        separate_last=True)
-    penalties = None if not shown else _paired_bars(
+        [Series(f"misuse ({mode_label})", COMMIT_COLOR, column("misuse", "rate"), column("misuse", "ci95")),
+         Series("legacy proposal-time", LEGACY_COLOR, column("legacy_misuse", "rate"), column("legacy_misuse", "ci95"))],
+        "share of scored trajectories (whiskers: 95% Wilson interval)", percent=True, separate_last=True)
+    penalties = None if not shown else paired_bars(
         labels,
-        [("over-penalized: legacy flags, no misuse", OVER_COLOR, [g["over_penalized"] for g in shown], None),
-         ("under-penalized: misuse legacy missed", UNDER_COLOR, [g["under_penalized"] for g in shown], None)],
-        "trajectories", False, "litmus-report-penalties")
+        [Series("over-penalized: legacy flags, no misuse", OVER_COLOR, [g["over_penalized"] for g in shown]),
+         Series("under-penalized: misuse legacy missed", UNDER_COLOR, [g["under_penalized"] for g in shown])],
+        "trajectories", percent=False)
     return {"rates": rates, "penalties": penalties, "left_out": left_out}
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import report
+from pipeline import charts, report
 from pipeline.report import render_report
 from tests import browser
 
@@ -20,7 +20,7 @@ JAVASCRIPT = "javascript:document.body.setAttribute('data-pwned','href')"
 SVG = "<svg onload=\"document.body.setAttribute('data-pwned','svg')\">"
 BREAKOUT = "\"' onmouseover=\"document.body.setAttribute('data-pwned','attr')\" x=\"</td></table><iframe src=javascript:1>"
 PAYLOADS = [IMG, SCRIPT, JAVASCRIPT, SVG, BREAKOUT]
-# Quotes, ampersand and mathtext for the chart labels.
+# Quotes, ampersand and TeX-like dollars for the chart labels.
 TRICKY = "<script>1</script> & 'q' \"d\" $x^2$"
 
 
@@ -159,14 +159,14 @@ def test_one_strict_csp_and_nothing_external(adversarial_page):
     assert "<link" not in lowered and "@import" not in lowered and "url(http" not in lowered
 
 
-def test_chart_labels_are_escaped_text_without_mathtext():
+def test_chart_labels_are_escaped_text():
     metrics = metrics_doc([group("r", TRICKY), group("r", "plain & simple")])
     page = render_report(metrics, manifest_doc(["a.parquet"]))
     svgs = page.count("<svg")
     assert svgs == 2
-    # Inside the SVG <text>: escaped markup, the ampersand, the quotes, and '$' kept literally.
+    # Inside the SVG <text>: markup, the ampersand and the quotes escaped, '$' kept literally.
     assert len(TRICKY) <= report.CHART_CHARS
-    assert "&lt;script&gt;1&lt;/script&gt; &amp; 'q' \"d\" $x^2$</text>" in page
+    assert "&lt;script&gt;1&lt;/script&gt; &amp; &#39;q&#39; &#34;d&#34; $x^2$</text>" in page
     assert "plain &amp; simple</text>" in page
 
 
@@ -277,7 +277,7 @@ def test_screenshot_shows_the_charts(tmp_path):
     assert dom.count("<svg") == 2
     colours = (report.COMMIT_COLOR, report.LEGACY_COLOR, report.OVER_COLOR, report.UNDER_COLOR)
     for colour in colours:  # one bar per agent and series in the DOM
-        assert dom.count(f"fill: {colour}") >= 3, colour
+        assert dom.count(f'fill="{colour}"') >= 3, colour
     png = browser.screenshot(path, tmp_path / "report.png")
     assert png.stat().st_size > 30_000
     image = browser.read_png(png)
@@ -286,3 +286,14 @@ def test_screenshot_shows_the_charts(tmp_path):
     # Every series' bars were painted: the charts rendered, not just sat in the DOM.
     painted = {colour: browser.count_near(image, colour) for colour in colours}
     assert min(painted.values()) > 1500, painted
+
+
+@pytest.mark.parametrize("highest, integer, expected", [
+    (0.05, False, [0, 0.01, 0.02, 0.03, 0.04, 0.05]),
+    (0.31, False, [0, 0.1, 0.2, 0.3]),
+    (5, True, [0, 1, 2, 3, 4, 5]),
+    (2100, True, [0, 500, 1000, 1500, 2000]),
+    (3.2, True, [0, 1, 2, 3]),  # never a fractional step on a count axis
+])
+def test_chart_ticks_are_round_steps_from_zero(highest, integer, expected):
+    assert charts.nice_ticks(highest, integer) == pytest.approx(expected)
