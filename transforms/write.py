@@ -5,14 +5,26 @@
     OUTPUT/scored/*.parquet one row per scored call
     OUTPUT/unscored/*.parquet one row per unscored trajectory, input row kept;
                             files named by the stage that set them aside
+
+Parquet files are committed the way Beam's file sinks commit them, in fewer
+stages: each bundle writes one file into a temporary folder, and one final
+step renames the files whose bundles committed (a runner passes on only the
+output of bundles that succeeded) and deletes the folder with any files of
+failed attempts. Every kind of file exists at least once, empty if need be,
+so `scored/` and `unscored/` always read with their schema.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
+from dataclasses import dataclass
 
 import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.transforms.window import GlobalWindows
 
 from transforms import schema as s
 
@@ -20,6 +32,8 @@ METRICS_FILE = "metrics.json"
 MANIFEST_FILE = "manifest.json"
 SCORED_DIR = "scored"
 UNSCORED_DIR = "unscored"
+TEMP_PREFIX = ".temp-"
+CODEC = "snappy"
 
 
 def to_json(document) -> str:
@@ -42,6 +56,72 @@ def manifest_document(reports, header: dict) -> dict:
     }
 
 
+@dataclass(frozen=True)
+class FileSet:
+    """One kind of Parquet output: OUTPUT/folder/prefix-NNNNN-of-NNNNN.parquet."""
+
+    folder: str
+    prefix: str
+    schema: pa.Schema
+
+    @property
+    def key(self) -> str:
+        return f"{self.folder}/{self.prefix}"
+
+
+def _write_table(path: str, schema: pa.Schema, tables=()) -> None:
+    with FileSystems.create(path) as handle, pq.ParquetWriter(handle, schema, compression=CODEC) as writer:
+        for table in tables:
+            writer.write_table(table)
+
+
+class WriteBundleFn(beam.DoFn):
+    """pa.Tables -> one temporary Parquet file per bundle; emits (file set key, temporary path)."""
+
+    def __init__(self, files: FileSet, temp_dir: str):
+        self._files = files
+        self._temp_dir = temp_dir
+
+    def start_bundle(self):
+        self._path = self._handle = self._writer = None
+
+    def process(self, table: pa.Table):
+        if self._writer is None:
+            # A fresh name per attempt: a retried bundle never meets its earlier file.
+            self._path = FileSystems.join(self._temp_dir, f"{self._files.prefix}-{uuid.uuid4().hex}.parquet")
+            self._handle = FileSystems.create(self._path)
+            self._writer = pq.ParquetWriter(self._handle, self._files.schema, compression=CODEC)
+        self._writer.write_table(table)
+
+    def finish_bundle(self):
+        if self._writer is not None:
+            self._writer.close()
+            self._handle.close()
+            yield GlobalWindows.windowed_value((self._files.key, self._path))
+
+
+def commit_files(written, file_sets, output: str, temp_dir: str) -> None:
+    """Renames the committed bundles' files into place, numbered per file set, and
+    deletes the temporary folder. Safe to run again: moved files are skipped."""
+    for folder in {files.folder for files in file_sets}:
+        if not FileSystems.exists(FileSystems.join(output, folder)):
+            FileSystems.mkdirs(FileSystems.join(output, folder))
+    sources, destinations = [], []
+    for files in file_sets:
+        temporary = sorted(path for key, path in written if key == files.key)
+        named = lambda i, n: FileSystems.join(output, files.folder, f"{files.prefix}-{i:05d}-of-{n:05d}.parquet")  # noqa: E731
+        if not temporary:
+            _write_table(named(0, 1), files.schema)
+        for i, path in enumerate(temporary):
+            if FileSystems.exists(path):
+                sources.append(path)
+                destinations.append(named(i, len(temporary)))
+    if sources:
+        FileSystems.rename(sources, destinations)
+    if FileSystems.exists(temp_dir):
+        FileSystems.delete([temp_dir])
+
+
 class WriteOutputs(beam.PTransform):
     """Writes scored and UNSCORED tables, metrics and the manifest under `output`.
 
@@ -59,14 +139,19 @@ class WriteOutputs(beam.PTransform):
         return FileSystems.join(self._output, *parts)
 
     def expand(self, outputs):
-        header = self._header
-        outputs["scored"] | "Write scored calls" >> beam.io.WriteToParquetBatched(
-            self._path(SCORED_DIR, "part"), schema=s.SCORED, codec="snappy", file_name_suffix=".parquet"
+        header, output = self._header, self._output
+        temp_dir = self._path(TEMP_PREFIX + uuid.uuid4().hex)
+        tables = {FileSet(SCORED_DIR, "part", s.SCORED): outputs["scored"]} | {
+            FileSet(UNSCORED_DIR, name, s.UNSCORED): records for name, records in outputs["unscored"].items()
+        }
+        file_sets = list(tables)
+        (
+            [records | f"Write {files.key}" >> beam.ParDo(WriteBundleFn(files, temp_dir))
+             for files, records in tables.items()]
+            | "Gather written files" >> beam.Flatten()
+            | "List written files" >> beam.combiners.ToList()
+            | "Commit files" >> beam.Map(commit_files, file_sets, output, temp_dir)
         )
-        for name, records in outputs["unscored"].items():
-            records | f"Write {name} unscored trajectories" >> beam.io.WriteToParquetBatched(
-                self._path(UNSCORED_DIR, name), schema=s.UNSCORED, codec="snappy", file_name_suffix=".parquet"
-            )
         metrics_path, manifest_path = self._path(METRICS_FILE), self._path(MANIFEST_FILE)
         outputs["metrics"] | "Write metrics.json" >> beam.Map(lambda doc: write_text(metrics_path, to_json(doc)))
         return (

@@ -1,0 +1,66 @@
+"""Writing outputs: files commit from the bundles that succeeded, numbered, with no temporary left."""
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.test_pipeline import TestPipeline
+
+from tests.conftest import load_json
+from transforms import schema as s
+from transforms.write import TEMP_PREFIX, FileSet, WriteOutputs, commit_files
+
+SCORED = FileSet("scored", "part", s.SCORED)
+FAILED = FileSet("unscored", "failed", s.UNSCORED)
+
+
+def scored_rows(start: int, n: int) -> pa.Table:
+    rows = [{"run_id": "r", "agent": "a", "trajectory_id": f"t{i}", "call_id": "c", "step": 1, "tool": "x",
+             "category": "benign", "realized": True, "proposal_verdict": "allow", "commit_verdict": "allow",
+             "resolution_context": "commit", "proposal_verdict_source": "recorded",
+             "commit_verdict_source": "recorded", "policy_disagreement": False, "source_file": "f.parquet",
+             "source_row": i} for i in range(start, start + n)]
+    return pa.Table.from_pylist(rows, schema=s.SCORED)
+
+
+def test_commit_numbers_the_committed_files_and_drops_failed_attempts(tmp_path):
+    temp = tmp_path / (TEMP_PREFIX + "x")
+    temp.mkdir()
+    for name, start in (("a", 0), ("b", 5), ("orphan", 100)):
+        pq.write_table(scored_rows(start, 5), temp / f"{name}.parquet")
+    written = [(SCORED.key, str(temp / "b.parquet")), (SCORED.key, str(temp / "a.parquet"))]
+
+    commit_files(written, [SCORED, FAILED], str(tmp_path), str(temp))
+
+    assert sorted(p.name for p in (tmp_path / "scored").iterdir()) == [
+        "part-00000-of-00002.parquet", "part-00001-of-00002.parquet"]
+    assert sorted(pq.read_table(tmp_path / "scored")["source_row"].to_pylist()) == list(range(10))
+    # A file set no bundle wrote still exists, empty, with its schema.
+    empty = pq.read_table(tmp_path / "unscored" / "failed-00000-of-00001.parquet")
+    assert empty.num_rows == 0 and empty.schema.equals(s.UNSCORED)
+    assert not temp.exists()  # the orphan of a failed attempt went with it
+    # Run again (a retried commit): nothing moves, nothing fails.
+    commit_files(written, [SCORED, FAILED], str(tmp_path), str(temp))
+    assert pq.read_table(tmp_path / "scored").num_rows == 10
+
+
+def test_write_outputs_end_to_end_with_two_workers(tmp_path):
+    options = PipelineOptions(["--direct_num_workers=2", "--direct_running_mode=multi_threading"])
+    with TestPipeline(runner="FnApiRunner", options=options) as p:
+        tables = p | "Tables" >> beam.Create([scored_rows(i * 3, 3) for i in range(8)]) | beam.Reshuffle()
+        no_tables = p | "No tables" >> beam.Create([]).with_output_types(pa.Table)
+        outputs = {
+            "scored": tables,
+            "unscored": {"failed": no_tables},
+            "metrics": p | "Metrics" >> beam.Create([{"schema": "litmus-metrics/1"}]),
+            "shard_reports": p | "Reports" >> beam.Create([{"file": "f.parquet", "rows_read": 24, "error": None}]),
+        }
+        _ = outputs | WriteOutputs(str(tmp_path), {"schema": "litmus-manifest/1"})
+
+    names = sorted(p.name for p in (tmp_path / "scored").iterdir())
+    assert names == [f"part-{i:05d}-of-{len(names):05d}.parquet" for i in range(len(names))]
+    assert sorted(pq.read_table(tmp_path / "scored")["source_row"].to_pylist()) == list(range(24))
+    assert pq.read_table(tmp_path / "unscored").num_rows == 0
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(TEMP_PREFIX)]
+    assert load_json(tmp_path / "metrics.json") == {"schema": "litmus-metrics/1"}
+    assert load_json(tmp_path / "manifest.json")["input_rows"] == 24
