@@ -179,3 +179,22 @@ def test_a_batch_that_raises_is_kept_as_unscored_rows(tmp_path, score_cli, monke
     kept = pq.read_table(out / "unscored").to_pylist()
     assert sorted(r["trajectory_id"] for r in kept) == ["t0", "t1", "t2"]
     assert all(r["reasons"] == ["pipeline_error"] and "simulated bug" in r["detail"] for r in kept)
+
+
+def test_a_resolution_failure_keeps_only_the_rows_completeness_passed(tmp_path, score_cli, monkeypatch):
+    # The incomplete row already left as UNSCORED; the dead letter must not count it twice.
+    def broken(*args, **kwargs):
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr("transforms.resolve.resolve_calls", broken)
+    rows = [b.trajectory(f"t{i}", b.calls_of(("allow", b.commit()))) for i in range(3)]
+    rows[1]["episode_outcome"] = "truncated"
+    b.write_shard(tmp_path / "x.parquet", rows)
+    code, out = score_cli([tmp_path / "x.parquet"])
+    assert code == 4
+    trajectories = load_json(out / "metrics.json")["totals"]["trajectories"]
+    assert trajectories["input"] == 3 and trajectories["unscored"] == 3
+    assert trajectories["unscored_by_reason"]["pipeline_error"] == 2
+    assert trajectories["unscored_by_reason"]["truncated"] == 1
+    kept = {r["trajectory_id"]: r["reasons"] for r in pq.read_table(out / "unscored").to_pylist()}
+    assert kept == {"t0": ["pipeline_error"], "t1": ["truncated"], "t2": ["pipeline_error"]}

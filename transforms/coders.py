@@ -9,8 +9,10 @@ coders report Arrow's own byte count instead and encode as Arrow IPC.
 from __future__ import annotations
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
 
+from transforms.completeness import Checked
 from transforms.resolve import Resolved
 
 
@@ -64,6 +66,24 @@ class TableCoder(_ArrowCoder):
         return pa.Table
 
 
+class CheckedCoder(_ArrowCoder):
+    def encode(self, value: Checked) -> bytes:
+        batch = _to_ipc(value.batch)
+        return len(batch).to_bytes(8, "little") + batch + np.packbits(value.complete).tobytes()
+
+    def decode(self, encoded: bytes) -> Checked:
+        split = 8 + int.from_bytes(encoded[:8], "little")
+        batch = pa.ipc.open_stream(encoded[8:split]).read_next_batch()
+        complete = np.unpackbits(np.frombuffer(encoded[split:], np.uint8), count=batch.num_rows).astype(bool)
+        return Checked(batch, complete)
+
+    def estimate_size(self, value: Checked) -> int:
+        return value.batch.nbytes + value.complete.nbytes
+
+    def to_type_hint(self):
+        return Checked
+
+
 class ResolvedCoder(_ArrowCoder):
     def encode(self, value: Resolved) -> bytes:
         trajectories, calls = _to_ipc(value.trajectories), _to_ipc(value.calls)
@@ -82,4 +102,5 @@ class ResolvedCoder(_ArrowCoder):
 
 beam.coders.registry.register_coder(pa.RecordBatch, RecordBatchCoder)
 beam.coders.registry.register_coder(pa.Table, TableCoder)
+beam.coders.registry.register_coder(Checked, CheckedCoder)
 beam.coders.registry.register_coder(Resolved, ResolvedCoder)

@@ -7,6 +7,8 @@ reference's on random trajectories.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
@@ -23,6 +25,18 @@ from scoring.trajectory import (
 from transforms import NAMESPACE
 from transforms.columnar import FlatCalls, equals, is_null
 from transforms.records import FAILED, UNSCORED, unscored_table
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A read batch and which of its rows are complete.
+
+    The batch travels whole: filtering would copy every call's strings, and
+    the incomplete rows have already left as UNSCORED records.
+    """
+
+    batch: pa.RecordBatch
+    complete: np.ndarray  # bool per row, some True
 
 
 def _duplicate_ids(flat: FlatCalls, present: np.ndarray) -> np.ndarray:
@@ -103,11 +117,10 @@ class CheckCompletenessFn(beam.DoFn):
     def process(self, batch: pa.RecordBatch):
         reasons, missing = completeness_reasons(batch)
         incomplete = np.logical_or.reduce(list(reasons.values()))
-        if not incomplete.any():
-            yield batch
-            return
         if not incomplete.all():
-            yield batch.filter(pa.array(~incomplete))
+            yield Checked(batch, ~incomplete)
+        if not incomplete.any():
+            return
         rows = np.flatnonzero(incomplete)
         self._unscored.inc(len(rows))
         yield beam.pvalue.TaggedOutput(
@@ -121,10 +134,11 @@ class CheckCompletenessFn(beam.DoFn):
 
 
 class CheckCompleteness(beam.PTransform):
-    """Batches -> complete batches (main), UNSCORED tables (`unscored`) and,
-    should a batch raise unexpectedly, the batch and its error (`failed`)."""
+    """Batches -> Checked batches with some complete row (main), UNSCORED tables
+    (`unscored`) and, should a batch raise unexpectedly, the batch and its
+    error (`failed`)."""
 
     def expand(self, batches):
         return batches | "Check completeness" >> beam.ParDo(CheckCompletenessFn()).with_output_types(
-            pa.RecordBatch, **{UNSCORED: pa.Table}
+            Checked, **{UNSCORED: pa.Table}
         ).with_outputs(UNSCORED, main="complete").with_exception_handling(dead_letter_tag=FAILED)

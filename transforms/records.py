@@ -74,9 +74,12 @@ def unscored_table(rows: pa.RecordBatch, reasons, details) -> pa.Table:
 def failed_batch_to_unscored(failure) -> pa.Table:
     """A batch that raised unexpectedly (the safety net's dead letter) as UNSCORED.
 
-    Every row is kept under reason pipeline_error, with the error named in the
-    detail, so the run still accounts for it.
+    Every row it holds is kept under reason pipeline_error, with the error
+    named in the detail, so the run still accounts for it. A dead letter of
+    context resolution holds only its complete rows: the others are already
+    UNSCORED.
     """
-    batch, (error_type, error_repr, _traceback) = failure
+    element, (error_type, error_repr, _traceback) = failure
+    batch = element if isinstance(element, pa.RecordBatch) else element.batch.filter(pa.array(element.complete))
     detail = f"unexpected {getattr(error_type, '__name__', error_type)}: {error_repr}"
     return unscored_table(batch, [[PIPELINE_ERROR]] * batch.num_rows, [detail] * batch.num_rows)

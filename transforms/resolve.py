@@ -23,6 +23,7 @@ from scoring.rules import canonical_json, parse_json_object
 from transforms import NAMESPACE
 from transforms import schema as s
 from transforms.columnar import FlatCalls, equals, is_null
+from transforms.completeness import Checked
 from transforms.records import FAILED, UNSCORED, unscored_table
 
 # JSON nested at most MAX_DEPTH deep is a regular language, so a RE2
@@ -175,13 +176,19 @@ class CallResolution:
         return np.logical_or.reduce(list(self.reasons.values()))
 
 
-def resolve_calls(flat: FlatCalls, mode: str, policy=None) -> CallResolution:
-    """The rules of score_tool_call in `mode`, for every call of a complete batch."""
+def resolve_calls(flat: FlatCalls, mode: str, policy=None, considered: np.ndarray = None) -> CallResolution:
+    """The rules of score_tool_call in `mode`, for every call of a batch.
+
+    The results are meaningful for the calls of complete rows only; the
+    policy is asked about the `considered` calls (default: all).
+    """
+    if considered is None:
+        considered = np.ones(len(flat.calls), bool)
     arguments, proposal_arguments = flat.field("arguments"), flat.field("proposal.resolved_arguments")
     arguments_ok = json_object(arguments)
     proposal_ok = json_object(proposal_arguments, arguments, arguments_ok)
     has_commit = ~is_null(flat.field("commit"))
-    proposal = context_verdicts(flat, "proposal", policy, proposal_ok)
+    proposal = context_verdicts(flat, "proposal", policy, proposal_ok & considered)
     malformed = ~(arguments_ok & proposal_ok)
     reasons = {c.NO_VERDICT: is_null(proposal.value), c.MALFORMED_ARGUMENTS: malformed}
     if mode == c.PROPOSAL:
@@ -190,7 +197,7 @@ def resolve_calls(flat: FlatCalls, mode: str, policy=None) -> CallResolution:
 
     commit_arguments = flat.field("commit.resolved_arguments")
     commit_ok = json_object(commit_arguments, proposal_arguments, proposal_ok)
-    commit = context_verdicts(flat, "commit", policy, commit_ok)
+    commit = context_verdicts(flat, "commit", policy, commit_ok & considered)
     reasons[c.MALFORMED_ARGUMENTS] = malformed | (has_commit & ~commit_ok)
     reasons[c.NO_VERDICT] = reasons[c.NO_VERDICT] | (has_commit & is_null(commit.value))
     reasons[c.NO_COMMIT_CONTEXT] = ~has_commit
@@ -239,9 +246,9 @@ def _resolved(batch: pa.RecordBatch, flat: FlatCalls, resolution: CallResolution
     return Resolved(trajectories, calls)
 
 
-def _unscored_reasons(flat: FlatCalls, resolution: CallResolution, rows: np.ndarray):
-    """(reasons, detail) of each row in `rows`, from its unscored calls."""
-    bad_calls = np.flatnonzero(resolution.unscored)
+def _unscored_reasons(flat: FlatCalls, resolution: CallResolution, unscored_calls: np.ndarray, rows: np.ndarray):
+    """(reasons, detail) of each row in `rows`, from its `unscored_calls`."""
+    bad_calls = np.flatnonzero(unscored_calls)
     call_ids = flat.field("call_id").take(pa.array(bad_calls)).to_pylist()
     per_row = {}
     for call, call_id in zip(bad_calls, call_ids):
@@ -261,21 +268,24 @@ class ResolveContextsFn(beam.DoFn):
         self._policy = policy
         self._unscored = Metrics.counter(NAMESPACE, "trajectories_with_unscored_calls")
 
-    def process(self, batch: pa.RecordBatch):
+    def process(self, checked: Checked):
+        batch = checked.batch
         flat = FlatCalls.of(batch)
-        resolution = resolve_calls(flat, self._mode, self._policy)
-        unscored = flat.any_per_row(resolution.unscored)
-        yield _resolved(batch, flat, resolution, ~unscored)
+        considered = checked.complete[flat.row]
+        resolution = resolve_calls(flat, self._mode, self._policy, considered)
+        unscored_calls = resolution.unscored & considered
+        unscored = flat.any_per_row(unscored_calls)
+        yield _resolved(batch, flat, resolution, checked.complete & ~unscored)
         if unscored.any():
             rows = np.flatnonzero(unscored)
             self._unscored.inc(len(rows))
-            reasons, details = _unscored_reasons(flat, resolution, rows)
+            reasons, details = _unscored_reasons(flat, resolution, unscored_calls, rows)
             yield beam.pvalue.TaggedOutput(UNSCORED, unscored_table(batch.filter(pa.array(unscored)), reasons, details))
 
 
 class ResolveContexts(beam.PTransform):
-    """Complete batches -> Resolved (main), UNSCORED tables (`unscored`) and,
-    should a batch raise unexpectedly, the batch and its error (`failed`).
+    """Checked batches -> Resolved (main), UNSCORED tables (`unscored`) and,
+    should a batch raise unexpectedly, the Checked batch and its error (`failed`).
 
     `policy` (a scoring.rules.Policy, e.g. scoring.policy.PolicyDocument)
     decides where a context recorded no verdict, and checks those recorded.
