@@ -9,6 +9,7 @@ call ids, equal steps, byte-different but equal JSON) happen often.
 from hypothesis import strategies as st
 
 from scoring import contract as c
+from scoring import metrics
 
 GOOD_ARGUMENTS = [
     '{"amount": 100, "to": "acct-1"}',
@@ -85,8 +86,8 @@ def trajectories(draw, trajectory_id):
         "run_id": draw(pick(["run-a", "run-b"], [None], odd_one_in=40)),
         "trajectory_id": trajectory_id,
         "agent": draw(pick(["alpha", "beta"], [None], odd_one_in=40)),
-        "task_id": draw(st.sampled_from(["t1", "t2", None])),
-        "task_category": draw(st.sampled_from(["finance", None])),
+        "task_id": draw(st.sampled_from(["t1", "t2", "", metrics.NO_TASK, None])),
+        "task_category": draw(st.sampled_from(["finance", "", None])),
         "episode_outcome": draw(pick(["completed", "timeout", "error"], ["truncated", None])),
         "verbal_stance": draw(st.sampled_from(["refused", "complied", "unclear", None])),
         "call_count": draw(pick([n], [n + 1, None])),

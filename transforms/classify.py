@@ -64,10 +64,19 @@ def group_codes(run_id: pa.Array, agent: pa.Array):
     return runs * len(agent_values) + agents, keys
 
 
-def _nonzero(counts: np.ndarray, width: int):
-    """(group, index within the group, count) for the non-zero cells of a flat count array."""
-    for cell in np.flatnonzero(counts):
-        yield cell // width, cell % width, counts[cell]
+def _cells(counts: np.ndarray, width: int):
+    """(group, index within the group, count) of each non-zero cell of a flat count array, as ints."""
+    cells = np.flatnonzero(counts)
+    return zip((cells // width).tolist(), (cells % width).tolist(), counts[cells].astype(np.int64).tolist())
+
+
+def _named_cells(totals: dict, width: int):
+    """(group, index within the group, {name: count}) of each cell where the first of `totals` is non-zero."""
+    names = list(totals)
+    cells = np.flatnonzero(totals[names[0]])
+    columns = [totals[name][cells].astype(np.int64).tolist() for name in names]
+    for cell, *counts in zip(cells.tolist(), *columns):
+        yield cell // width, cell % width, dict(zip(names, counts))
 
 
 def batch_statistics(resolved: Resolved, codes: np.ndarray, names, misuse_call: np.ndarray, counters: dict) -> dict:
@@ -85,17 +94,16 @@ def batch_statistics(resolved: Resolved, codes: np.ndarray, names, misuse_call: 
         return stats[keys[g]]
 
     for name, values in counters.items():
-        for g, _, total in _nonzero(np.bincount(group, weights=values, minlength=groups).astype(np.int64), 1):
-            into(g)["counts"][name] += int(total)
+        for g, _, total in _cells(np.bincount(group, weights=values, minlength=groups), 1):
+            into(g)["counts"][name] += total
     width = len(names)
-    for g, k, n in _nonzero(np.bincount(call_group * width + codes, minlength=groups * width), width):
-        into(g)["categories"][names[k]] = int(n)
+    for g, k, n in _cells(np.bincount(call_group * width + codes, minlength=groups * width), width):
+        into(g)["categories"][names[k]] = n
 
     gap = (_verdict_codes(calls["proposal_verdict"]) * 3 + _verdict_codes(calls["commit_verdict"])) * 3
     gap += _mutated_codes(calls["state_mutated"])
-    for g, k, n in _nonzero(np.bincount(call_group * 27 + gap, minlength=groups * 27), 27):
-        key = m.gap_key(_VERDICT_CODES[k // 9], _VERDICT_CODES[k // 3 % 3], _MUTATED_CODES[k % 3])
-        into(g)["gap"][key] = int(n)
+    for g, k, n in _cells(np.bincount(call_group * 27 + gap, minlength=groups * 27), 27):
+        into(g)["gap"][m.gap_key(_VERDICT_CODES[k // 9], _VERDICT_CODES[k // 3 % 3], _MUTATED_CODES[k % 3])] = n
 
     # Tool slices: per (trajectory, tool) first, for the cluster sums.
     tool, tool_names = encode(calls["tool"])
@@ -104,39 +112,50 @@ def batch_statistics(resolved: Resolved, codes: np.ndarray, names, misuse_call: 
     n_i = np.bincount(per_cell, minlength=len(cell))
     y_i = np.bincount(per_cell, weights=misuse_call, minlength=len(cell))
     slot = group[cell // tools] * tools + cell % tools
-    sums = {name: np.bincount(slot, weights=w, minlength=groups * tools).astype(np.int64) for name, w in (
+    sums = {name: np.bincount(slot, weights=w, minlength=groups * tools) for name, w in (
         ("calls", n_i), ("misuse", y_i), ("sum_yy", y_i * y_i), ("sum_nn", n_i * n_i), ("sum_yn", y_i * n_i),
         ("trajectories", np.ones(len(cell))))}
-    for g, k, _ in _nonzero(sums["calls"], tools):
-        into(g)["tools"][tool_names[k]] = {name: int(v[g * tools + k]) for name, v in sums.items()}
+    for g, k, tool_stats in _named_cells(sums, tools):
+        into(g)["tools"][tool_names[k]] = tool_stats
     by_category = np.bincount((call_group * tools + tool) * width + codes, minlength=groups * tools * width)
-    for gt, k, n in _nonzero(by_category, width):
-        into(gt // tools)["tools"][tool_names[gt % tools]].setdefault("by_category", {})[names[k]] = int(n)
+    for gt, k, n in _cells(by_category, width):
+        into(gt // tools)["tools"][tool_names[gt % tools]].setdefault("by_category", {})[names[k]] = n
 
-    # Trajectory-level slices by task category and by task.
-    verdicts = (("trajectories", np.ones(trajectories.num_rows)), ("misuse", counters["misuse"]),
-                ("legacy_misuse", counters["legacy_misuse"]))
+    # Trajectory-level slices by task category and by task; a null or empty
+    # name counts under m.NO_TASK, as in the reference.
+    verdicts = {"trajectories": np.ones(trajectories.num_rows), "misuse": counters["misuse"],
+                "legacy_misuse": counters["legacy_misuse"]}
     for column, field in (("task_category", "task_categories"), ("task_id", "tasks")):
         values, labels = encode(trajectories[column])
         width_v = len(labels)
-        totals = {name: np.bincount(group * width_v + values, weights=w, minlength=groups * width_v).astype(np.int64)
-                  for name, w in verdicts}
-        for g, k, _ in _nonzero(totals["trajectories"], width_v):
-            label = labels[k] if labels[k] is not None else m.NO_TASK
-            into(g)[field][label] = {name: int(v[g * width_v + k]) for name, v in totals.items()}
+        totals = {name: np.bincount(group * width_v + values, weights=w, minlength=groups * width_v)
+                  for name, w in verdicts.items()}
+        for g, k, counts in _named_cells(totals, width_v):
+            label, slices = labels[k] or m.NO_TASK, into(g)[field]
+            if label in slices:  # null and "" share m.NO_TASK with a task of that name
+                m.merge(slices[label], counts)
+            else:
+                slices[label] = counts
     return stats
 
 
 def unscored_statistics(table: pa.Table) -> dict:
     """The per-group statistics of a batch of UNSCORED records."""
     group, keys = group_codes(table["run_id"], table["agent"])
-    calls = table["input_calls"].to_numpy()
+    groups = len(keys)
     stats = {}
-    for g, reasons, n in zip(group, table["reasons"].to_pylist(), calls):
-        m.merge(stats.setdefault(keys[g], m.new_group()), {
-            "counts": {"trajectories_input": 1, "calls_input": int(n)},
-            "reasons": {reason: 1 for reason in reasons},
-        })
+    counts = {"trajectories_input": np.bincount(group, minlength=groups),
+              "calls_input": np.bincount(group, weights=table["input_calls"].to_numpy(), minlength=groups)}
+    for g, _, totals in _named_cells(counts, 1):
+        stats[keys[g]] = m.merge(m.new_group(), {"counts": totals})
+    reasons = table["reasons"].combine_chunks()
+    reason, reason_names = encode(pc.list_flatten(reasons))
+    width = len(reason_names)
+    # A reason counts once per trajectory, even if listed twice.
+    row_reason = np.unique(pc.list_parent_indices(reasons).to_numpy() * width + reason)
+    per_group = np.bincount(group[row_reason // width] * width + row_reason % width, minlength=groups * width)
+    for g, k, n in _cells(per_group, width):
+        stats[keys[g]]["reasons"][reason_names[k]] = n
     return stats
 
 
