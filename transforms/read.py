@@ -178,7 +178,8 @@ class ReadShards(beam.PTransform):
     def expand(self, pbegin):
         return (
             pbegin
-            | "Shard files" >> beam.Create(self._files)
+            # Create's own reshuffle is off: the explicit one below does its job.
+            | "Shard files" >> beam.Create(self._files, reshuffle=False)
             # Spread the files over workers: one shard is one unit of work.
             | "Spread shards" >> beam.Reshuffle()
             | "Read shard"
