@@ -32,6 +32,9 @@ from pipeline import synthetic
 
 # Mean calls per synthetic trajectory, with margin, to size the workload.
 CALLS_PER_TRAJECTORY = 6.2
+# Shards grow with the workload, so a bigger input means more files of the
+# same size (as in a real sweep), not bigger row groups.
+CALLS_PER_SHARD = 130_000
 
 DUCKDB_QUERY = """
 SELECT run_id, agent,
@@ -70,15 +73,17 @@ def main(argv=None):
     ours, beam_args = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=1_000_000, help="minimum tool calls in the workload")
-    parser.add_argument("--shards", type=int, default=8)
+    parser.add_argument("--shards", type=int, default=None,
+                        help=f"number of shards (default: one per {CALLS_PER_SHARD:,} calls)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--workdir", default=None, help="keep the workload here (default: a temp folder)")
     args = parser.parse_args(ours)
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="litmus-bench-"))
-    shards = workdir / f"shards-{args.calls}"
+    count = args.shards or math.ceil(args.calls / CALLS_PER_SHARD)
+    shards = workdir / f"shards-{args.calls}-{count}"
     if not shards.exists():
-        synthetic.generate(str(shards), math.ceil(args.calls / CALLS_PER_TRAJECTORY), args.shards, 1)
+        synthetic.generate(str(shards), math.ceil(args.calls / CALLS_PER_TRAJECTORY), count, 1)
     pattern = str(shards / "*.parquet")
 
     query = DUCKDB_QUERY.format(shards=pattern.replace("'", "''"))
@@ -99,7 +104,7 @@ def main(argv=None):
     ours_s, duck_s = statistics.median(scorer), statistics.median(query_times)
     print(json.dumps({
         "tool_calls": int(calls),
-        "shards": args.shards,
+        "shards": count,
         "beam_args": beam_args,
         "litmus_score_seconds": round(ours_s, 2),
         "duckdb_seconds": round(duck_s, 2),

@@ -219,7 +219,7 @@ def demo(args) -> int:
     folder.mkdir(parents=True)
     (folder / DEMO_MARKER).write_text("made by `litmus-score demo`; safe to delete\n")
     shards = folder / "shards"
-    write_shards(str(shards), 1200, 4, args.seed, "reference-1200")
+    write_shards(str(shards), shards=4, seed=args.seed, profile="reference-1200")
     return score(["--input", str(shards / "*.parquet"), "--output", str(folder / "out"), *args.beam_args])
 
 
@@ -231,7 +231,7 @@ def main(argv=None) -> int:
 
     gen = commands.add_parser("generate", help="write synthetic shards that follow the contract")
     gen.add_argument("--output", required=True)
-    gen.add_argument("--trajectories", type=int, default=1000)
+    gen.add_argument("--trajectories", type=int, default=None, help="default 1000 (reference-1200: 1200)")
     gen.add_argument("--shards", type=int, default=4)
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--profile", default="mixed", help="mixed or reference-1200")

@@ -38,6 +38,7 @@ MIXED = "mixed"
 REFERENCE = "reference-1200"
 PROFILES = (MIXED, REFERENCE)
 REFERENCE_TRAJECTORIES = 1200
+DEFAULT_TRAJECTORIES = 1000
 REFERENCE_OVER_PENALIZED = 37
 REFERENCE_UNDER_PENALIZED = 9
 # Trajectories per Arrow batch (one Parquet row group): bounds memory per shard.
@@ -523,21 +524,23 @@ def _reference_plan(rng: np.random.Generator) -> np.ndarray:
     return planted
 
 
-def generate(output_dir: str, trajectories: int = 1000, shards: int = 4, seed: int = 0,
+def generate(output_dir: str, trajectories: Optional[int] = None, shards: int = 4, seed: int = 0,
              profile: str = "mixed", misuse_factor: Optional[dict] = None) -> list[str]:
     """Write `shards` Parquet files part-00000-of-0000K.parquet into output_dir.
 
     output_dir is created if absent; FileExistsError if it already holds
-    .parquet files. The `trajectories` rows (schema transforms.schema.TRAJECTORY)
-    are split evenly over the shards; a shard may be empty. The same arguments
-    give the same data. Profile "reference-1200" has exactly 1,200
-    trajectories: any other `trajectories` is a ValueError, not silently
-    ignored. `misuse_factor` ({agent: factor}) multiplies an agent's
+    .parquet files. The `trajectories` rows (schema transforms.schema.TRAJECTORY;
+    default 1,000, or the profile's own count) are split evenly over the
+    shards; a shard may be empty. The same arguments give the same data.
+    Profile "reference-1200" has exactly 1,200 trajectories: any other
+    `trajectories` is a ValueError, not silently ignored. `misuse_factor` ({agent: factor}) multiplies an agent's
     propensity for the risky action, to plant a regression for that agent
     (the others keep their propensities). Returns the shard paths, sorted.
     """
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; expected one of {', '.join(PROFILES)}")
+    if trajectories is None:
+        trajectories = REFERENCE_TRAJECTORIES if profile == REFERENCE else DEFAULT_TRAJECTORIES
     propensity = AGENT_PROPENSITY.copy()
     for name, factor in (misuse_factor or {}).items():
         if name not in AGENTS:

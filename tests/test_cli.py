@@ -7,7 +7,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import synthetic
 from pipeline.cli import main
 from tests import builders as b
 from tests.conftest import RUNNER, load_json
@@ -52,7 +51,9 @@ def test_every_trajectory_and_call_is_accounted_for(generated, score_cli, mode):
 
 @pytest.mark.parametrize("seed", [0, 11])
 def test_reference_1200_observation(tmp_path, score_cli, seed):
-    synthetic.generate(str(tmp_path / "ref"), 1200, 4, seed, "reference-1200")
+    # The profile alone sets the size: no --trajectories needed.
+    assert main(["generate", "--output", str(tmp_path / "ref"), "--profile", "reference-1200",
+                 "--seed", str(seed)]) == 0
     code, out = score_cli([tmp_path / "ref" / "*.parquet"])
     assert code == 0
     totals = load_json(out / "metrics.json")["totals"]

@@ -125,7 +125,7 @@ def test_reference_profile_reproduces_the_spec_observation(tmp_path, seed):
         ({"shards": 2.5}, "shards must be an integer >= 1"),
         ({"seed": -1}, "seed must be an integer >= 0"),
         ({"profile": "nightly"}, "unknown profile 'nightly'"),
-        ({"profile": "reference-1200"}, "exactly 1200 trajectories"),
+        ({"profile": "reference-1200", "trajectories": 1000}, "exactly 1200 trajectories"),
     ],
 )
 def test_invalid_arguments_are_rejected_before_writing(tmp_path, arguments, message):
