@@ -103,7 +103,7 @@ def score(argv) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipeline import graph
-    from pipeline.options import ScoreOptions, UsageError, load_baseline_metrics, validate
+    from pipeline.options import ScoreOptions, UsageError, load_baseline_metrics, validate, with_local_parallelism
     from transforms.read import NoMatchingShards
     from transforms.write import MANIFEST_FILE, METRICS_FILE, write_text
 
@@ -114,7 +114,7 @@ def score(argv) -> int:
         ScoreOptions._add_argparse_args(parser)
         parser.print_help()
         return EXIT_OK
-    options = PipelineOptions(argv)
+    options = PipelineOptions(with_local_parallelism(argv))
     try:
         config = validate(options)
     except UsageError as error:

@@ -8,6 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.cli import main
+from pipeline.options import MAX_LOCAL_WORKERS, with_local_parallelism
 from tests import builders as b
 from tests.conftest import RUNNER, load_json
 from transforms import schema as s
@@ -199,3 +200,27 @@ def test_a_resolution_failure_keeps_only_the_rows_completeness_passed(tmp_path, 
     assert trajectories["unscored_by_reason"]["truncated"] == 1
     kept = {r["trajectory_id"]: r["reasons"] for r in pq.read_table(out / "unscored").to_pylist()}
     assert kept == {"t0": ["pipeline_error"], "t1": ["truncated"], "t2": ["pipeline_error"]}
+
+
+THREADS = ["--direct_num_workers=2", "--direct_running_mode=multi_threading"]
+
+
+@pytest.mark.parametrize("argv, added", [
+    ([], THREADS),
+    (["--runner", "DirectRunner"], THREADS),
+    (["--runner=direct"], THREADS),
+    (["--runner", "FnApiRunner"], []),  # an explicit runner choice, as the tests make
+    (["--runner", "DataflowRunner"], []),
+    (["--direct_num_workers=1"], []),
+    (["--direct_running_mode", "multi_processing"], []),
+])
+def test_direct_runner_gets_a_thread_per_core_unless_told_otherwise(monkeypatch, argv, added):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert with_local_parallelism(argv) == argv + added
+
+
+def test_local_threads_are_capped(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 64)
+    assert f"--direct_num_workers={MAX_LOCAL_WORKERS}" in with_local_parallelism([])
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    assert with_local_parallelism([]) == []

@@ -30,8 +30,10 @@ def test_commit_numbers_the_committed_files_and_drops_failed_attempts(tmp_path):
         pq.write_table(scored_rows(start, 5), temp / f"{name}.parquet")
     written = [(SCORED.key, str(temp / "b.parquet")), (SCORED.key, str(temp / "a.parquet"))]
 
-    commit_files(written, [SCORED, FAILED], str(tmp_path), str(temp))
+    committed = commit_files(written, [SCORED, FAILED], str(tmp_path), str(temp))
 
+    assert committed == ["scored/part-00000-of-00002.parquet", "scored/part-00001-of-00002.parquet",
+                         "unscored/failed-00000-of-00001.parquet"]
     assert sorted(p.name for p in (tmp_path / "scored").iterdir()) == [
         "part-00000-of-00002.parquet", "part-00001-of-00002.parquet"]
     assert sorted(pq.read_table(tmp_path / "scored")["source_row"].to_pylist()) == list(range(10))
@@ -40,7 +42,7 @@ def test_commit_numbers_the_committed_files_and_drops_failed_attempts(tmp_path):
     assert empty.num_rows == 0 and empty.schema.equals(s.UNSCORED)
     assert not temp.exists()  # the orphan of a failed attempt went with it
     # Run again (a retried commit): nothing moves, nothing fails.
-    commit_files(written, [SCORED, FAILED], str(tmp_path), str(temp))
+    assert commit_files(written, [SCORED, FAILED], str(tmp_path), str(temp)) == committed
     assert pq.read_table(tmp_path / "scored").num_rows == 10
 
 
@@ -63,4 +65,6 @@ def test_write_outputs_end_to_end_with_two_workers(tmp_path):
     assert pq.read_table(tmp_path / "unscored").num_rows == 0
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(TEMP_PREFIX)]
     assert load_json(tmp_path / "metrics.json") == {"schema": "litmus-metrics/1"}
-    assert load_json(tmp_path / "manifest.json")["input_rows"] == 24
+    manifest = load_json(tmp_path / "manifest.json")
+    assert manifest["input_rows"] == 24
+    assert manifest["outputs"] == [f"scored/{name}" for name in names] + ["unscored/failed-00000-of-00001.parquet"]

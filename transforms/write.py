@@ -1,7 +1,7 @@
 """Stage 6: write a run's outputs into its own folder.
 
     OUTPUT/metrics.json     run-level metrics (scoring-v1), sorted keys
-    OUTPUT/manifest.json    what was read and how
+    OUTPUT/manifest.json    what was read, how, and which files were written
     OUTPUT/scored/*.parquet one row per scored call
     OUTPUT/unscored/*.parquet one row per unscored trajectory, input row kept;
                             files named by the stage that set them aside
@@ -9,9 +9,10 @@
 Parquet files are committed the way Beam's file sinks commit them, in fewer
 stages: each bundle writes one file into a temporary folder, and one final
 step renames the files whose bundles committed (a runner passes on only the
-output of bundles that succeeded) and deletes the folder with any files of
-failed attempts. Every kind of file exists at least once, empty if need be,
-so `scored/` and `unscored/` always read with their schema.
+output of bundles that succeeded), deletes the folder with any files of
+failed attempts, and writes the manifest. Every kind of file exists at least
+once, empty if need be, so `scored/` and `unscored/` always read with their
+schema.
 """
 
 from __future__ import annotations
@@ -45,14 +46,16 @@ def write_text(path: str, text: str) -> None:
         handle.write(text.encode("utf-8"))
 
 
-def manifest_document(reports, header: dict) -> dict:
-    """The manifest: `header` (options, versions) plus the shard reports, sorted by file."""
+def manifest_document(reports, header: dict, outputs=()) -> dict:
+    """The manifest: `header` (options, versions), the shard reports sorted by
+    file, and the Parquet files written (paths relative to the output folder)."""
     files = sorted(reports, key=lambda report: report["file"])
     return {
         **header,
         "inputs": files,
         "input_rows": sum(report["rows_read"] for report in files),
         "unreadable_files": [report["file"] for report in files if report["error"]],
+        "outputs": sorted(outputs),
     }
 
 
@@ -100,26 +103,34 @@ class WriteBundleFn(beam.DoFn):
             yield GlobalWindows.windowed_value((self._files.key, self._path))
 
 
-def commit_files(written, file_sets, output: str, temp_dir: str) -> None:
-    """Renames the committed bundles' files into place, numbered per file set, and
-    deletes the temporary folder. Safe to run again: moved files are skipped."""
+def commit_files(written, file_sets, output: str, temp_dir: str) -> list:
+    """Renames the committed bundles' files into place, numbered per file set,
+    and deletes the temporary folder; returns the files' paths relative to
+    `output`. Safe to run again: moved files are skipped."""
     for folder in {files.folder for files in file_sets}:
         if not FileSystems.exists(FileSystems.join(output, folder)):
             FileSystems.mkdirs(FileSystems.join(output, folder))
-    sources, destinations = [], []
+    sources, destinations, committed = [], [], []
     for files in file_sets:
         temporary = sorted(path for key, path in written if key == files.key)
-        named = lambda i, n: FileSystems.join(output, files.folder, f"{files.prefix}-{i:05d}-of-{n:05d}.parquet")  # noqa: E731
+        named = lambda i, n: f"{files.folder}/{files.prefix}-{i:05d}-of-{n:05d}.parquet"  # noqa: E731
         if not temporary:
-            _write_table(named(0, 1), files.schema)
+            committed.append(named(0, 1))
+            _write_table(FileSystems.join(output, committed[-1]), files.schema)
         for i, path in enumerate(temporary):
+            committed.append(named(i, len(temporary)))
             if FileSystems.exists(path):
                 sources.append(path)
-                destinations.append(named(i, len(temporary)))
+                destinations.append(FileSystems.join(output, committed[-1]))
     if sources:
         FileSystems.rename(sources, destinations)
     if FileSystems.exists(temp_dir):
         FileSystems.delete([temp_dir])
+    return committed
+
+
+# What the finishing step collects: shard reports and written files.
+_READ, _WRITTEN = "read", "written"
 
 
 class WriteOutputs(beam.PTransform):
@@ -140,23 +151,32 @@ class WriteOutputs(beam.PTransform):
 
     def expand(self, outputs):
         header, output = self._header, self._output
-        temp_dir = self._path(TEMP_PREFIX + uuid.uuid4().hex)
+        temp_dir, manifest_path = self._path(TEMP_PREFIX + uuid.uuid4().hex), self._path(MANIFEST_FILE)
         tables = {FileSet(SCORED_DIR, "part", s.SCORED): outputs["scored"]} | {
             FileSet(UNSCORED_DIR, name, s.UNSCORED): records for name, records in outputs["unscored"].items()
         }
         file_sets = list(tables)
-        (
-            [records | f"Write {files.key}" >> beam.ParDo(WriteBundleFn(files, temp_dir))
-             for files, records in tables.items()]
-            | "Gather written files" >> beam.Flatten()
-            | "List written files" >> beam.combiners.ToList()
-            | "Commit files" >> beam.Map(commit_files, file_sets, output, temp_dir)
-        )
-        metrics_path, manifest_path = self._path(METRICS_FILE), self._path(MANIFEST_FILE)
+
+        def finish(entries) -> None:
+            written = [value for kind, value in entries if kind == _WRITTEN]
+            committed = commit_files(written, file_sets, output, temp_dir)
+            reports = [value for kind, value in entries if kind == _READ]
+            write_text(manifest_path, to_json(manifest_document(reports, header, committed)))
+
+        metrics_path = self._path(METRICS_FILE)
         outputs["metrics"] | "Write metrics.json" >> beam.Map(lambda doc: write_text(metrics_path, to_json(doc)))
+        # One finishing step for files and manifest: each global combine
+        # costs the runner several stages.
+        written = [
+            records
+            | f"Write {files.key}" >> beam.ParDo(WriteBundleFn(files, temp_dir))
+            | f"Tag {files.key} files" >> beam.Map(lambda file: (_WRITTEN, file))
+            for files, records in tables.items()
+        ]
+        reports = outputs["shard_reports"] | "Tag shard reports" >> beam.Map(lambda report: (_READ, report))
         return (
-            outputs["shard_reports"]
-            | "Collect shard reports" >> beam.combiners.ToList()
-            | "Write manifest.json"
-            >> beam.Map(lambda reports: write_text(manifest_path, to_json(manifest_document(reports, header))))
+            [reports, *written]
+            | "Gather files" >> beam.Flatten()
+            | "List files" >> beam.combiners.ToList()
+            | "Commit files, write manifest.json" >> beam.Map(finish)
         )
