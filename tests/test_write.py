@@ -63,6 +63,12 @@ def test_write_outputs_end_to_end_with_two_workers(tmp_path):
     assert names == [f"part-{i:05d}-of-{len(names):05d}.parquet" for i in range(len(names))]
     assert sorted(pq.read_table(tmp_path / "scored")["source_row"].to_pylist()) == list(range(24))
     assert pq.read_table(tmp_path / "unscored").num_rows == 0
+    # Statistics where readers filter, none on per-call ids.
+    chunks = pq.ParquetFile(tmp_path / "scored" / names[0]).metadata.row_group(0)
+    with_statistics = {chunks.column(i).path_in_schema for i in range(chunks.num_columns)
+                       if chunks.column(i).is_stats_set}
+    assert {"run_id", "agent", "trajectory_id", "category"} <= with_statistics
+    assert "call_id" not in with_statistics
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(TEMP_PREFIX)]
     assert load_json(tmp_path / "metrics.json") == {"schema": "litmus-metrics/1"}
     manifest = load_json(tmp_path / "manifest.json")

@@ -122,7 +122,7 @@ class ReadShardFn(beam.DoFn):
                 shard = pq.ParquetFile(handle)
                 report["rows"] = shard.metadata.num_rows
                 report["row_groups"] = shard.metadata.num_row_groups
-                for batch in shard.iter_batches(batch_size=self._batch_rows):
+                for batch in shard.iter_batches(batch_size=self._batch_rows, use_threads=False):
                     conformed, issues = conform_batch(batch, path, report["rows_read"])
                     report["issues"] += [i for i in issues if i not in report["issues"]]
                     report["rows_read"] += batch.num_rows
