@@ -158,7 +158,8 @@ class WriteOutputs(beam.PTransform):
 
     Takes a dict of PCollections: scored (pa.Tables), unscored (a dict of
     name -> PCollection of pa.Tables, one file set per name), metrics (one
-    document) and shard_reports (one dict per input file).
+    document) and shard_reports (one dict per input file; a run reads at
+    least one).
     """
 
     def __init__(self, output: str, manifest_header: dict):
@@ -197,6 +198,7 @@ class WriteOutputs(beam.PTransform):
         return (
             [reports, *written]
             | "Gather files" >> beam.Flatten()
-            | "List files" >> beam.combiners.ToList()
+            # Never empty: every input file has a shard report.
+            | "List files" >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()
             | "Commit files, write manifest.json" >> beam.Map(finish)
         )
