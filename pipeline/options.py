@@ -59,7 +59,8 @@ class ScoreOptions(PipelineOptions):
         )
         parser.add_argument(
             "--batch_rows", type=int, default=DEFAULT_BATCH_ROWS,
-            help=f"Trajectories per Arrow batch (default {DEFAULT_BATCH_ROWS}).",
+            help=f"Trajectories per Arrow batch, at least (default {DEFAULT_BATCH_ROWS}): each row group "
+                 "is cut into equal batches under twice this size.",
         )
         parser.add_argument(
             "--policy", default=None,
