@@ -18,4 +18,4 @@ test: $(BIN)/.installed
 	$(BIN)/python -m pytest
 
 bench: $(BIN)/.installed
-	$(BIN)/python benchmarks/run.py --calls 1000000 --repeat 3
+	$(BIN)/python benchmarks/run.py --calls 1000000 --repeat 5
