@@ -19,6 +19,7 @@ WIDTH = 960
 LABELS = 270  # label column: CHART_CHARS characters at 12px
 VALUE_ROOM = 64  # right of the longest bar, for its value
 LEGEND = 34
+LEGEND_ENTRY = 330  # room for one series' swatch and name
 AXIS = 52  # tick labels and the axis title
 BAR = 12
 GAP = 9  # between rows
@@ -63,7 +64,6 @@ def paired_bars(labels, series, xlabel: str, percent: bool, separate_last: bool 
                   + [ci[1] for s in series for ci in (s.intervals or []) if ci])
     limit = max(highest * 1.18, 0.05 if percent else 5)
     ticks = nice_ticks(limit, integer=not percent)
-    limit = max(limit, ticks[-1])
     plot = WIDTH - LABELS - VALUE_ROOM
     x = lambda value: round(LABELS + plot * value / limit, 1)  # noqa: E731
     row = BAR * len(series) + GAP + (10 if any("\n" in label for label in labels) else 0)
@@ -78,7 +78,7 @@ def paired_bars(labels, series, xlabel: str, percent: bool, separate_last: bool 
             y = top + GAP / 2 + offset * BAR
             end = x(value or 0)
             bars.append({
-                "x": LABELS, "y": y, "width": round(end - LABELS, 1), "colour": s.colour,
+                "y": y, "width": round(end - LABELS, 1), "colour": s.colour,
                 "whisker": (x(ci[0]), x(ci[1]), y + BAR / 2) if ci else None,
                 "text_x": (x(ci[1]) if ci else end) + 4, "text_y": y + BAR - 2,
                 "text": _value_label(value, percent),
@@ -88,7 +88,7 @@ def paired_bars(labels, series, xlabel: str, percent: bool, separate_last: bool 
         width=WIDTH, height=bottom + AXIS, labels=LABELS, top=LEGEND, bottom=bottom, rows=rows,
         series=series, ticks=[(x(t), _tick_label(t, percent)) for t in ticks], xlabel=xlabel,
         separator=bottom - row if separate_last and len(labels) > 1 else None, right=x(limit),
-        text=TEXT, grid=GRID, rule=RULE, center=LABELS + plot / 2, bar=BAR,
+        text=TEXT, grid=GRID, rule=RULE, center=LABELS + plot / 2, bar=BAR, entry=LEGEND_ENTRY,
     ))
 
 
@@ -96,8 +96,8 @@ _SVG = Environment(autoescape=True, undefined=StrictUndefined, trim_blocks=True,
 <svg xmlns="http://www.w3.org/2000/svg" width="{{ width }}" height="{{ height }}" viewBox="0 0 {{ width }} {{ height }}" font-family="DejaVu Sans, sans-serif" font-size="12" fill="{{ text }}">
 <g>
 {% for s in series %}
-<rect x="{{ labels + loop.index0 * 330 }}" y="8" width="12" height="12" fill="{{ s.colour }}"/>
-<text x="{{ labels + loop.index0 * 330 + 18 }}" y="18">{{ s.name }}</text>
+<rect x="{{ labels + loop.index0 * entry }}" y="8" width="{{ bar }}" height="{{ bar }}" fill="{{ s.colour }}"/>
+<text x="{{ labels + loop.index0 * entry + bar + 6 }}" y="18">{{ s.name }}</text>
 {% endfor %}
 </g>
 <g stroke="{{ grid }}" stroke-width="0.8">
@@ -109,7 +109,7 @@ _SVG = Environment(autoescape=True, undefined=StrictUndefined, trim_blocks=True,
 <g>
 <text x="{{ labels - 8 }}" y="{{ r.y + 4 - 7 * (r.lines|length - 1) }}" text-anchor="end">{% if r.lines|length == 1 %}{{ r.lines[0] }}{% else %}{% for line in r.lines %}<tspan x="{{ labels - 8 }}" dy="{{ 0 if loop.first else 14 }}">{{ line }}</tspan>{% endfor %}{% endif %}</text>
 {% for b in r.bars %}
-<rect x="{{ b.x }}" y="{{ b.y }}" width="{{ b.width }}" height="{{ bar }}" fill="{{ b.colour }}"/>
+<rect x="{{ labels }}" y="{{ b.y }}" width="{{ b.width }}" height="{{ bar }}" fill="{{ b.colour }}"/>
 {% if b.whisker %}{% set lo, hi, wy = b.whisker %}
 <path d="M{{ lo }} {{ wy }}H{{ hi }}M{{ lo }} {{ wy - 3 }}V{{ wy + 3 }}M{{ hi }} {{ wy - 3 }}V{{ wy + 3 }}" stroke="{{ text }}" stroke-width="1"/>
 {% endif %}

@@ -123,7 +123,8 @@ def _charts(groups, totals, mode_label: str) -> dict:
     rates = paired_bars(
         labels + ["all agents"],
         [Series(f"misuse ({mode_label})", COMMIT_COLOR, column("misuse", "rate"), column("misuse", "ci95")),
-         Series("legacy proposal-time", LEGACY_COLOR, column("legacy_misuse", "rate"), column("legacy_misuse", "ci95"))],
+         Series("legacy proposal-time", LEGACY_COLOR,
+                column("legacy_misuse", "rate"), column("legacy_misuse", "ci95"))],
         "share of scored trajectories (whiskers: 95% Wilson interval)", percent=True, separate_last=True)
     penalties = None if not shown else paired_bars(
         labels,

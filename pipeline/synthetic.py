@@ -533,9 +533,10 @@ def generate(output_dir: str, trajectories: Optional[int] = None, shards: int = 
     default 1,000, or the profile's own count) are split evenly over the
     shards; a shard may be empty. The same arguments give the same data.
     Profile "reference-1200" has exactly 1,200 trajectories: any other
-    `trajectories` is a ValueError, not silently ignored. `misuse_factor` ({agent: factor}) multiplies an agent's
-    propensity for the risky action, to plant a regression for that agent
-    (the others keep their propensities). Returns the shard paths, sorted.
+    `trajectories` is a ValueError, not silently ignored. `misuse_factor`
+    ({agent: factor}) multiplies an agent's propensity for the risky action,
+    to plant a regression for that agent (the others keep their
+    propensities). Returns the shard paths, sorted.
     """
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; expected one of {', '.join(PROFILES)}")
