@@ -224,3 +224,19 @@ def test_local_threads_are_capped(monkeypatch):
     assert f"--direct_num_workers={MAX_LOCAL_WORKERS}" in with_local_parallelism([])
     monkeypatch.setattr("os.cpu_count", lambda: 1)
     assert with_local_parallelism([]) == []
+
+
+def test_worker_threads_change_nothing_but_the_file_count(generated, score_cli):
+    # The default on DirectRunner: two threads share the shards.
+    _, one = score_cli([generated / "*.parquet"], "--batch_rows", "500")
+    _, two = score_cli([generated / "*.parquet"], "--batch_rows", "500", *THREADS)
+    assert (one / "metrics.json").read_bytes() == (two / "metrics.json").read_bytes()
+    for folder in ("scored", "unscored"):
+        rows = [sorted(pq.read_table(out / folder).to_pylist(), key=lambda r: (r["source_file"], r["source_row"],
+                                                                              r.get("call_id") or ""))
+                for out in (one, two)]
+        assert rows[0] == rows[1] and rows[0]
+    assert len(list((one / "scored").glob("*.parquet"))) == 1
+    assert len(list((two / "scored").glob("*.parquet"))) == 2  # one per worker's bundle
+    manifest = load_json(two / "manifest.json")
+    assert manifest["outputs"] == sorted(str(p.relative_to(two)) for p in two.glob("*scored/*.parquet"))
