@@ -176,14 +176,12 @@ class CallResolution:
         return np.logical_or.reduce(list(self.reasons.values()))
 
 
-def resolve_calls(flat: FlatCalls, mode: str, policy=None, considered: np.ndarray = None) -> CallResolution:
+def resolve_calls(flat: FlatCalls, mode: str, policy, considered: np.ndarray) -> CallResolution:
     """The rules of score_tool_call in `mode`, for every call of a batch.
 
-    The results are meaningful for the calls of complete rows only; the
-    policy is asked about the `considered` calls (default: all).
+    The results are meaningful for the `considered` calls (those of complete
+    rows) only, and only those are put to the policy.
     """
-    if considered is None:
-        considered = np.ones(len(flat.calls), bool)
     arguments, proposal_arguments = flat.field("arguments"), flat.field("proposal.resolved_arguments")
     arguments_ok = json_object(arguments)
     proposal_ok = json_object(proposal_arguments, arguments, arguments_ok)

@@ -92,10 +92,10 @@ SCORED_FILES = FileSet(
 )
 
 
-def _write_table(path: str, files: FileSet, tables=()) -> None:
-    with FileSystems.create(path) as handle, files.writer(handle) as writer:
-        for table in tables:
-            writer.write_table(table)
+def _write_empty(path: str, files: FileSet) -> None:
+    """A Parquet file with the file set's schema and no rows."""
+    with FileSystems.create(path) as handle, files.writer(handle):
+        pass
 
 
 class WriteBundleFn(beam.DoFn):
@@ -136,7 +136,7 @@ def commit_files(written, file_sets, output: str, temp_dir: str) -> list:
         named = lambda i, n: f"{files.folder}/{files.prefix}-{i:05d}-of-{n:05d}.parquet"  # noqa: E731
         if not temporary:
             committed.append(named(0, 1))
-            _write_table(FileSystems.join(output, committed[-1]), files)
+            _write_empty(FileSystems.join(output, committed[-1]), files)
         for i, path in enumerate(temporary):
             committed.append(named(i, len(temporary)))
             if FileSystems.exists(path):
