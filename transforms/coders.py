@@ -27,6 +27,20 @@ def _from_ipc(data: bytes) -> pa.Table:
     return pa.ipc.open_stream(data).read_all()
 
 
+def _batch_from_ipc(data: bytes) -> pa.RecordBatch:
+    return pa.ipc.open_stream(data).read_next_batch()
+
+
+def _join(first: bytes, second: bytes) -> bytes:
+    """Two encoded parts as one, the first's length in front."""
+    return len(first).to_bytes(8, "little") + first + second
+
+
+def _split(encoded: bytes) -> tuple:
+    end = 8 + int.from_bytes(encoded[:8], "little")
+    return encoded[8:end], encoded[end:]
+
+
 class _ArrowCoder(beam.coders.Coder):
     def is_deterministic(self) -> bool:
         return False
@@ -43,7 +57,7 @@ class RecordBatchCoder(_ArrowCoder):
         return _to_ipc(value)
 
     def decode(self, encoded: bytes) -> pa.RecordBatch:
-        return pa.ipc.open_stream(encoded).read_next_batch()
+        return _batch_from_ipc(encoded)
 
     def estimate_size(self, value: pa.RecordBatch) -> int:
         return value.nbytes
@@ -68,13 +82,12 @@ class TableCoder(_ArrowCoder):
 
 class CheckedCoder(_ArrowCoder):
     def encode(self, value: Checked) -> bytes:
-        batch = _to_ipc(value.batch)
-        return len(batch).to_bytes(8, "little") + batch + np.packbits(value.complete).tobytes()
+        return _join(_to_ipc(value.batch), np.packbits(value.complete).tobytes())
 
     def decode(self, encoded: bytes) -> Checked:
-        split = 8 + int.from_bytes(encoded[:8], "little")
-        batch = pa.ipc.open_stream(encoded[8:split]).read_next_batch()
-        complete = np.unpackbits(np.frombuffer(encoded[split:], np.uint8), count=batch.num_rows).astype(bool)
+        batch, mask = _split(encoded)
+        batch = _batch_from_ipc(batch)
+        complete = np.unpackbits(np.frombuffer(mask, np.uint8), count=batch.num_rows).astype(bool)
         return Checked(batch, complete)
 
     def estimate_size(self, value: Checked) -> int:
@@ -86,12 +99,11 @@ class CheckedCoder(_ArrowCoder):
 
 class ResolvedCoder(_ArrowCoder):
     def encode(self, value: Resolved) -> bytes:
-        trajectories, calls = _to_ipc(value.trajectories), _to_ipc(value.calls)
-        return len(trajectories).to_bytes(8, "little") + trajectories + calls
+        return _join(_to_ipc(value.trajectories), _to_ipc(value.calls))
 
     def decode(self, encoded: bytes) -> Resolved:
-        split = 8 + int.from_bytes(encoded[:8], "little")
-        return Resolved(_from_ipc(encoded[8:split]), _from_ipc(encoded[split:]))
+        trajectories, calls = _split(encoded)
+        return Resolved(_from_ipc(trajectories), _from_ipc(calls))
 
     def estimate_size(self, value: Resolved) -> int:
         return value.trajectories.nbytes + value.calls.nbytes
