@@ -17,11 +17,9 @@ from importlib import metadata
 from pathlib import Path
 
 from pipeline import text
+from scoring.layout import COMPARISON_FILE, MANIFEST_FILE, MANIFEST_SCHEMA, METRICS_FILE, REPORT_FILE, SUCCESS_MARKER
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE_INPUT = 0, 1, 2, 4
-SUCCESS_MARKER = "_SUCCESS"
-COMPARISON_FILE = "comparison.json"
-REPORT_FILE = "report.html"
 DEMO_MARKER = ".litmus-demo"
 DEMO_OUTPUT = "litmus-demo"
 
@@ -105,7 +103,7 @@ def score(argv) -> int:
     from pipeline import graph
     from pipeline.options import ScoreOptions, UsageError, load_baseline_metrics, validate, with_local_parallelism
     from transforms.read import NoMatchingShards
-    from transforms.write import MANIFEST_FILE, METRICS_FILE, write_text
+    from transforms.write import write_text
 
     if any(arg in ("-h", "--help") for arg in argv):
         parser = argparse.ArgumentParser(
@@ -121,7 +119,7 @@ def score(argv) -> int:
         print(f"litmus-score: {error}", file=sys.stderr)
         return EXIT_USAGE
     header = {
-        "schema": "litmus-manifest/1",
+        "schema": MANIFEST_SCHEMA,
         "package": {"name": "litmus-score", "version": _package_version(), "apache_beam": beam.__version__},
         "options": config.as_dict(),
         "policy_sha256": config.policy.sha256 if config.policy is not None else None,
@@ -163,8 +161,8 @@ def compare(args) -> int:
 
     try:
         thresholds = load_thresholds(args.thresholds) if args.thresholds else None
-        new, old = (_read_json(str(Path(folder) / "metrics.json")) for folder in (args.new, args.old))
-        manifest = _read_json(str(Path(args.new) / "manifest.json"))
+        new, old = (_read_json(str(Path(folder) / METRICS_FILE)) for folder in (args.new, args.old))
+        manifest = _read_json(str(Path(args.new) / MANIFEST_FILE))
         comparison = compare_metrics(new, old, thresholds)
     except (OSError, ValueError) as error:  # ThresholdsError and mismatched documents are ValueErrors
         print(f"litmus-score: {_printable(error)}", file=sys.stderr)

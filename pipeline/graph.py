@@ -11,6 +11,7 @@ import apache_beam as beam
 import pyarrow as pa
 
 from scoring import contract as c
+from scoring import layout
 from transforms import coders  # noqa: F401  (registers the Arrow element coders)
 from transforms.classify import STATS, Classify, unscored_statistics
 from transforms.completeness import CheckCompleteness
@@ -50,7 +51,7 @@ class ScoreTrajectories(beam.PTransform):
         )
         # Kept apart, not flattened: a runner may materialize a Flatten, and
         # the UNSCORED records carry whole input rows.
-        unscored = {"incomplete": checked[UNSCORED], "unresolved": resolved[UNSCORED], "failed": failed}
+        unscored = {layout.INCOMPLETE: checked[UNSCORED], layout.UNRESOLVED: resolved[UNSCORED], layout.FAILED: failed}
         statistics = [classified[STATS]] + [
             records | f"Count {name} unscored" >> beam.Map(unscored_statistics) for name, records in unscored.items()
         ] | "Gather statistics" >> beam.Flatten()

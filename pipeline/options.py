@@ -12,6 +12,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from scoring import contract as c
+from scoring.layout import METRICS_FILE
 from transforms.read import DEFAULT_BATCH_ROWS
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ class ScoreConfig:
 
 def load_baseline_metrics(folder: str, mode: str) -> dict:
     """An earlier run's metrics.json, checked to be comparable; UsageError if not."""
-    path = FileSystems.join(folder.rstrip("/"), "metrics.json")
+    path = FileSystems.join(folder.rstrip("/"), METRICS_FILE)
     try:
         with FileSystems.open(path) as handle:
             metrics = json.loads(handle.read().decode("utf-8"))

@@ -57,13 +57,12 @@ from pydantic_core import PydanticCustomError
 
 from scoring import configfile
 from scoring import contract as c
+from scoring.layout import COMPARISON_SCHEMA, NO_TASK
 from scoring.stats import Z95, wilson_interval
 
-COMPARISON_SCHEMA = "litmus-comparison/1"
 THRESHOLDS_SCHEMA = "litmus-thresholds/1"
 MAX_THRESHOLDS_BYTES = 64 * 1024
 EXIT_REGRESSION = 3
-NO_TASK = "(none)"
 
 REGRESSION = "regression"
 OK = "ok"

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Dict, Mapping, Optional, Tuple
 
 from scoring import contract as c
+from scoring.layout import NO_TASK
 from scoring.stats import clustered_rate_interval, wilson_interval
 
 COUNTERS = (
@@ -42,8 +43,6 @@ MODE_REASONS = {
     c.STRICT: _SPEC_REASONS,
     c.PROPOSAL: tuple(r for r in _SPEC_REASONS if r not in _DIVERGENCE + (c.NO_COMMIT_CONTEXT,)),
 }
-# Key of a trajectory whose task_id or task_category is null.
-NO_TASK = "(none)"
 
 GroupKey = Tuple[Optional[str], Optional[str]]  # (run_id, agent)
 

@@ -27,13 +27,9 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
+from scoring.layout import MANIFEST_FILE, METRICS_FILE, SCORED_DIR, SCORED_PREFIX, TEMP_PREFIX, UNSCORED_DIR
 from transforms import schema as s
 
-METRICS_FILE = "metrics.json"
-MANIFEST_FILE = "manifest.json"
-SCORED_DIR = "scored"
-UNSCORED_DIR = "unscored"
-TEMP_PREFIX = ".temp-"
 CODEC = "snappy"
 
 
@@ -86,7 +82,7 @@ class FileSet:
 # the writing time goes to min/max otherwise), dictionary pages only where
 # values repeat (ids never do).
 SCORED_FILES = FileSet(
-    SCORED_DIR, "part", s.SCORED,
+    SCORED_DIR, SCORED_PREFIX, s.SCORED,
     statistics=("run_id", "agent", "trajectory_id", "tool", "category", "source_file"),
     dictionary=tuple(name for name in s.SCORED.names if name not in ("trajectory_id", "call_id", "source_row")),
 )
