@@ -13,6 +13,8 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from scoring import contract as c
 from scoring.layout import METRICS_FILE
+from scoring.metrics import DEFAULT_MAX_SLICE_KEYS, OTHER
+from scoring.trajectory import DEFAULT_BOUNDS, MAX_JSON_DEPTH_LIMIT, Bounds
 from transforms.read import DEFAULT_BATCH_ROWS
 
 if TYPE_CHECKING:
@@ -75,6 +77,17 @@ class ScoreOptions(PipelineOptions):
             "--thresholds", default=None,
             help="Regression thresholds YAML for --baseline (default: configs/thresholds.yaml's values).",
         )
+        # Bounds: beyond any of them a trajectory is unscored too_large.
+        parser.add_argument("--max_calls_per_trajectory", type=int, default=DEFAULT_BOUNDS.max_calls_per_trajectory,
+                            help=f"Calls per trajectory, at most (default {DEFAULT_BOUNDS.max_calls_per_trajectory:,}).")
+        parser.add_argument("--max_text_bytes", type=int, default=DEFAULT_BOUNDS.max_text_bytes,
+                            help=f"UTF-8 bytes in any one string, at most (default {DEFAULT_BOUNDS.max_text_bytes:,}).")
+        parser.add_argument("--max_json_depth", type=int, default=DEFAULT_BOUNDS.max_json_depth,
+                            help=f"Nesting of arguments and resolved arguments, at most (default "
+                                 f"{DEFAULT_BOUNDS.max_json_depth}, limit {MAX_JSON_DEPTH_LIMIT}).")
+        parser.add_argument("--max_slice_keys", type=int, default=DEFAULT_MAX_SLICE_KEYS,
+                            help=f"Names per slice of metrics.json (tools, task categories, tasks), at most; "
+                                 f"the rest are summed under {OTHER} (default {DEFAULT_MAX_SLICE_KEYS}).")
 
 
 @dataclass(frozen=True)
@@ -87,6 +100,8 @@ class ScoreConfig:
     policy: Optional[PolicyDocument] = None
     baseline: Optional[str] = None
     thresholds: Optional[Thresholds] = None  # None: scoring.compare.DEFAULT_THRESHOLDS
+    bounds: Bounds = DEFAULT_BOUNDS
+    max_slice_keys: int = DEFAULT_MAX_SLICE_KEYS
 
     def as_dict(self) -> dict:
         return {
@@ -96,6 +111,10 @@ class ScoreConfig:
             "batch_rows": self.batch_rows,
             "policy": self.policy_file,
             "baseline": self.baseline,
+            "max_calls_per_trajectory": self.bounds.max_calls_per_trajectory,
+            "max_text_bytes": self.bounds.max_text_bytes,
+            "max_json_depth": self.bounds.max_json_depth,
+            "max_slice_keys": self.max_slice_keys,
         }
 
 
@@ -132,6 +151,12 @@ def validate(options: PipelineOptions) -> ScoreConfig:
         raise UsageError(str(error)) from None
     if score.batch_rows < 1:
         raise UsageError(f"--batch_rows must be positive, got {score.batch_rows}")
+    if score.max_slice_keys < 1:
+        raise UsageError(f"--max_slice_keys must be positive, got {score.max_slice_keys}")
+    try:
+        bounds = Bounds(score.max_calls_per_trajectory, score.max_text_bytes, score.max_json_depth)
+    except ValueError as error:
+        raise UsageError(f"--{error}") from None
     output = score.output.rstrip("/") or "/"
     if _holds_results(output):
         raise UsageError(f"output folder {output!r} is not empty (it may hold another run's results); choose a new one")
@@ -153,4 +178,4 @@ def validate(options: PipelineOptions) -> ScoreConfig:
     if score.baseline:
         load_baseline_metrics(score.baseline, mode)
     return ScoreConfig(tuple(score.inputs), output, mode, score.batch_rows, score.policy, policy,
-                       score.baseline, thresholds)
+                       score.baseline, thresholds, bounds, score.max_slice_keys)

@@ -24,11 +24,12 @@ UNSCORED_DIR = "unscored"
 # Prefix of the file set of scored calls.
 SCORED_PREFIX = "part"
 # Prefixes of the UNSCORED file sets, by the stage that set the rows aside:
-# completeness, context resolution, and the safety net for bugs.
+# duplicates, completeness, context resolution, and the safety net for bugs.
+DUPLICATE = "duplicate"
 INCOMPLETE = "incomplete"
 UNRESOLVED = "unresolved"
 FAILED = "failed"
-UNSCORED_STAGES = (INCOMPLETE, UNRESOLVED, FAILED)
+UNSCORED_STAGES = (DUPLICATE, INCOMPLETE, UNRESOLVED, FAILED)
 # Bundles write here before the finishing step moves their files into place.
 TEMP_PREFIX = ".temp-"
 

@@ -96,7 +96,7 @@ def test_stages_agree_with_reference(rows, mode, batch_rows, policy):
 def test_completeness_reasons_equal_reference(rows):
     for raw in b.table(rows).to_batches():
         batch, _ = conform_batch(raw, "memory", 0)
-        reasons, _ = completeness_reasons(batch)
+        reasons, _, _ = completeness_reasons(batch)
         for i, row in enumerate(raw.to_pylist()):
             assert [reason for reason, mask in reasons.items() if mask[i]] == check_completeness(row)[0]
 
