@@ -108,14 +108,14 @@ def _texts(value: Any, path: str):
             yield from _texts(item, f"{path}[]")
 
 
-def _sanitized(value: Any):
+def decoded(value: Any):
     """`value` with every bytes (text that is not UTF-8) decoded, invalid sequences as U+FFFD."""
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     if isinstance(value, Mapping):
-        return {key: _sanitized(item) for key, item in value.items()}
+        return {key: decoded(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_sanitized(item) for item in value]
+        return [decoded(item) for item in value]
     return value
 
 
@@ -147,7 +147,7 @@ def check_completeness(row: Mapping, bounds: Bounds = DEFAULT_BOUNDS) -> tuple:
     reasons, details = [], []
     texts = list(_texts({name: row.get(name) for name in CONTRACT_COLUMNS}, ""))
     invalid = sorted({path for path, text in texts if isinstance(text, bytes)})
-    row = _sanitized(row)
+    row = decoded(row)
     large = _too_large(row, texts, bounds)
     version = row.get("schema_version")
     if version is not None and version != c.SCHEMA_VERSION:
@@ -262,5 +262,5 @@ def resolve_duplicates(copies) -> dict:
     return decisions
 
 
-__all__ = ["Bounds", "CallScore", "TrajectoryScore", "check_completeness", "resolve_duplicates", "score_trajectory",
+__all__ = ["Bounds", "CallScore", "TrajectoryScore", "check_completeness", "decoded", "resolve_duplicates", "score_trajectory",
            "tool_call"]

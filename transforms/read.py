@@ -181,8 +181,10 @@ def conform_array(array: pa.Array, target: pa.DataType, path: str,
     if pa.types.is_list(target):
         if not (pa.types.is_list(array.type) or pa.types.is_large_list(array.type)):
             raise ColumnTypeError(path, array.type, target)
-        values = conform_array(array.values, target.value_type, f"{path}[]", max_text_bytes)
-        offsets = array.offsets.to_numpy()
+        # Only the values this (maybe sliced) list array holds, from offset 0.
+        offsets = array.offsets.to_numpy().astype(np.int64)
+        first, offsets = offsets[0], offsets - offsets[0]
+        values = conform_array(array.values.slice(first, offsets[-1]), target.value_type, f"{path}[]", max_text_bytes)
 
         def per_list(mask):
             counts = np.concatenate([[0], np.cumsum(mask)])
@@ -190,7 +192,7 @@ def conform_array(array: pa.Array, target: pa.DataType, path: str,
 
         flags = {}
         _lift(values.flags, flags, per_list, ~np.asarray(array.is_null(), bool))
-        lists = pa.ListArray.from_arrays(pc.cast(array.offsets, pa.int32()), values.array, type=target,
+        lists = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values.array, type=target,
                                          mask=array.is_null())
         return Conformed(lists, flags, values.unread)
     if pa.types.is_string(target):
