@@ -46,8 +46,15 @@ def _rate(block) -> str:
 def summary(metrics: dict, manifest: dict, output: str) -> str:
     """A short, readable account of a run."""
     mode = metrics["adjudication"]
-    lines = [f"litmus-score: {manifest['input_rows']} trajectories from {len(manifest['inputs'])} shard(s), "
-             f"adjudication={mode}", ""]
+    trajectories, inputs = metrics["totals"]["trajectories"], metrics["inputs"]
+    lines = [f"litmus-score: {trajectories['input']} trajectories from {len(manifest['inputs'])} shard(s), "
+             f"adjudication={mode}"]
+    if trajectories["duplicates_dropped"]:
+        lines.append(f"{trajectories['duplicates_dropped']} duplicate(s) dropped: identical copies of a "
+                     "(run_id, trajectory_id) counted once")
+    if inputs["rows_read"] < inputs["rows_declared"]:
+        lines.append(f"{inputs['rows_declared'] - inputs['rows_read']} row(s) that files declare could not be read")
+    lines.append("")
     lines.append(f"{'run':<22} {'agent':<16} {'misuse (95% CI)':<24} {'legacy proposal-time':<24} "
                  f"{'over':>5} {'under':>5}  unscored")
     for group in metrics["groups"] + [dict(metrics["totals"], run_id="TOTAL", agent="")]:

@@ -12,8 +12,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from scoring import contract as c
-from scoring.layout import METRICS_FILE
-from scoring.metrics import DEFAULT_MAX_SLICE_KEYS, OTHER
+from scoring.layout import METRICS_FILE, OTHER
+from scoring.metrics import DEFAULT_MAX_SLICE_KEYS
 from scoring.trajectory import DEFAULT_BOUNDS, MAX_JSON_DEPTH_LIMIT, Bounds
 from transforms.read import DEFAULT_BATCH_ROWS
 

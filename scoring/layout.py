@@ -36,5 +36,7 @@ TEMP_PREFIX = ".temp-"
 MANIFEST_SCHEMA = "litmus-manifest/1"
 COMPARISON_SCHEMA = "litmus-comparison/1"
 
-# Key of a trajectory whose task_id or task_category is null or empty.
+# Slice keys: a trajectory whose task_id or task_category is null or empty,
+# and the names a slice sums together beyond its bound (--max_slice_keys).
 NO_TASK = "(none)"
+OTHER = "(other)"

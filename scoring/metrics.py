@@ -25,7 +25,7 @@ import hashlib
 from typing import Dict, Mapping, Optional, Tuple
 
 from scoring import contract as c
-from scoring.layout import NO_TASK
+from scoring.layout import NO_TASK, OTHER
 from scoring.stats import clustered_rate_interval, wilson_interval
 
 COUNTERS = (
@@ -57,8 +57,6 @@ GroupKey = Tuple[Optional[str], Optional[str]]  # (run_id, agent)
 # The key of the input accounting in a run's statistics (group keys are tuples).
 INPUTS = "inputs"
 INPUT_COUNTERS = ("files", "unreadable_files", "rows_declared", "rows_read")
-# Where a slice's names beyond the bound are summed.
-OTHER = "(other)"
 DEFAULT_MAX_SLICE_KEYS = 1000
 SLICES = ("tools", "task_categories", "tasks")
 

@@ -34,7 +34,7 @@ def reference(tmp_path_factory):
     return folder
 
 
-def test_a_copied_shard_and_a_corrupt_file_count_once_and_are_named(reference, tmp_path, score_cli):
+def test_a_copied_shard_and_a_corrupt_file_count_once_and_are_named(reference, tmp_path, score_cli, capsys):
     # The done-when: 1,200 trajectories, 37 over-penalized, 300 duplicates dropped, exit 4.
     folder = tmp_path / "night"
     shutil.copytree(reference, folder)
@@ -53,6 +53,9 @@ def test_a_copied_shard_and_a_corrupt_file_count_once_and_are_named(reference, t
     assert sum(g["trajectories"]["input"] + g["trajectories"]["duplicates_dropped"] for g in metrics["groups"]) == 1500
     assert inputs_by_name(out)["part-corrupt.parquet"]["error"]
     assert pq.read_table(out / "scored").num_rows == t["calls"]["scored"]
+    printed = capsys.readouterr().out
+    assert "1200 trajectories from 6 shard(s)" in printed and "300 duplicate(s) dropped" in printed
+    assert "part-corrupt.parquet unreadable" in printed
 
 
 def test_one_file_under_several_spellings_is_read_once(tmp_path, score_cli):
