@@ -116,16 +116,19 @@ def _conform_text(array: pa.Array, path: str, max_bytes: int) -> Conformed:
     if not (pa.types.is_binary(raw.type) or pa.types.is_large_binary(raw.type)):
         return _conform_value(array, pa.string(), path)
     flags = {}
-    too_long = np.asarray(pc.fill_null(pc.greater(pc.binary_length(raw), max_bytes), False), bool)
-    if too_long.any():
-        flags[(c.TOO_LARGE, path)] = too_long
+    offsets = np.frombuffer(raw.buffers()[1], np.int64 if pa.types.is_large_binary(raw.type) else np.int32)
+    lengths = np.diff(offsets[raw.offset:raw.offset + len(raw) + 1])
+    if len(lengths) and lengths.max() > max_bytes:
+        # A null's slot may span bytes: only values count.
+        flags[(c.TOO_LARGE, path)] = (lengths > max_bytes) & ~np.asarray(raw.is_null(), bool)
     invalid = failing(raw, lambda part: part.cast(pa.string()))
     if invalid.any():
         flags[(c.INVALID_TEXT, path)] = invalid
         at = np.flatnonzero(invalid)
         repaired = [value.decode("utf-8", "replace") for value in raw.take(pa.array(at)).to_pylist()]
         raw = pc.replace_with_mask(raw, pa.array(invalid), pa.array(repaired, pa.string()).cast(raw.type))
-    return Conformed(raw.cast(pa.string()), flags)
+    # Valid UTF-8 now: a view, not a second validating cast.
+    return Conformed(raw.view(pa.string() if pa.types.is_binary(raw.type) else pa.large_string()).cast(pa.string()), flags)
 
 
 def _conform_value(array: pa.Array, target: pa.DataType, path: str) -> Conformed:
