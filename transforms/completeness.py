@@ -80,15 +80,29 @@ def missing_paths(batch: pa.RecordBatch, flat: FlatCalls) -> dict:
     return missing
 
 
+def _openings(texts: pa.Array) -> np.ndarray:
+    """How many `[` and `{` bytes each text holds (0 for null)."""
+    offsets_type = np.int64 if pa.types.is_large_string(texts.type) else np.int32
+    offsets = np.frombuffer(texts.buffers()[1], offsets_type)[texts.offset:texts.offset + len(texts) + 1]
+    if offsets[-1] == offsets[0]:
+        return np.zeros(len(texts), np.int64)
+    data = np.frombuffer(texts.buffers()[2], np.uint8)[offsets[0]:offsets[-1]]
+    # "[" is 0x5B and "{" 0x7B: they differ in one bit, which no other byte pair shares.
+    opening = np.bitwise_or(data, 0x20)
+    at = np.flatnonzero(np.equal(opening, 0x7B, out=opening.view(bool)))
+    counts = np.diff(np.searchsorted(at, offsets - offsets[0]))
+    return np.where(np.asarray(texts.is_null(), bool), 0, counts)
+
+
 def too_deep(texts: pa.Array, max_depth: int) -> np.ndarray:
     """Which texts nest deeper than `max_depth` (scoring.rules.json_depth).
 
-    Depth is at most the number of opening brackets, which Arrow counts; only
-    texts with more brackets than the bound are scanned in Python.
+    Depth is at most the number of opening brackets, counted here on the
+    bytes of the whole column at once; only texts with more brackets than the
+    bound are scanned in Python.
     """
-    openings = pc.add(pc.count_substring(texts, "["), pc.count_substring(texts, "{"))
     deep = np.zeros(len(texts), bool)
-    unsure = np.flatnonzero(np.asarray(pc.fill_null(pc.greater(openings, max_depth), False), bool))
+    unsure = np.flatnonzero(_openings(texts) > max_depth)
     if len(unsure):
         deep[unsure] = [json_depth(text) > max_depth for text in texts.take(pa.array(unsure)).to_pylist()]
     return deep
@@ -158,7 +172,9 @@ class CheckCompletenessFn(beam.DoFn):
         reasons, missing, large = completeness_reasons(batch, self._bounds)
         incomplete = np.logical_or.reduce(list(reasons.values()))
         if not incomplete.all():
-            yield Checked(batch, ~incomplete)
+            # Too large rows go no further: resolution scans every text of the batch.
+            keep = ~reasons[c.TOO_LARGE]
+            yield Checked(batch, ~incomplete) if keep.all() else Checked(batch.filter(pa.array(keep)), ~incomplete[keep])
         if not incomplete.any():
             return
         rows = np.flatnonzero(incomplete)
