@@ -19,6 +19,7 @@ from pipeline import text
 from scoring.layout import COMPARISON_FILE, MANIFEST_SCHEMA, REPORT_FILE
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE_INPUT = 0, 1, 2, 4
+ERROR_CHARS = 1000
 DEMO_MARKER = ".litmus-demo"
 DEMO_OUTPUT = "litmus-demo"
 
@@ -33,6 +34,11 @@ def _package_version() -> str:
 def _printable(value) -> str:
     """Text from trajectories, safe for a terminal: control characters escaped, length bounded."""
     return "-" if value is None else text.display(value, text.TERMINAL_CHARS)
+
+
+def _error_line(error) -> str:
+    """An error's one line: paths in it are kept whole, control characters escaped."""
+    return text.display(error, ERROR_CHARS)
 
 
 def _rate(block) -> str:
@@ -127,7 +133,7 @@ def score(argv, night=None) -> int:
         graph.build(pipeline, config, header, config.policy)
         lock = publish.claim(config.output, config.replace, night)
     except (NoMatchingShards, publish.PublishError) as error:
-        print(f"litmus-score: {_printable(error)}", file=sys.stderr)
+        print(f"litmus-score: {_error_line(error)}", file=sys.stderr)
         return EXIT_USAGE
     try:
         state = pipeline.run().wait_until_finish()
@@ -143,7 +149,7 @@ def score(argv, night=None) -> int:
             comparison = compare_metrics(metrics, baseline, config.thresholds)
         manifest = finish_run(config.output, metrics, manifest, comparison)
     except (UsageError, publish.PublishError) as error:  # the baseline or the run's own files changed under it
-        print(f"litmus-score: {_printable(error)}", file=sys.stderr)
+        print(f"litmus-score: {_error_line(error)}", file=sys.stderr)
         return EXIT_USAGE
     finally:
         lock.release()
@@ -164,7 +170,7 @@ def nightly(argv) -> int:
     try:
         planned = plan(argv)
     except UsageError as error:
-        print(f"litmus-score: {_printable(error)}", file=sys.stderr)
+        print(f"litmus-score: {_error_line(error)}", file=sys.stderr)
         return EXIT_USAGE
     if planned is None:  # --help
         return EXIT_OK
@@ -186,14 +192,14 @@ def compare(args) -> int:
         read_run(args.new)  # a clear refusal before the lock is taken
         lock = Lock.acquire(args.new)
     except (OSError, ValueError) as error:  # ThresholdsError and PublishError are ValueErrors
-        print(f"litmus-score: {_printable(error)}", file=sys.stderr)
+        print(f"litmus-score: {_error_line(error)}", file=sys.stderr)
         return EXIT_USAGE
     try:
         (new, manifest), (old, _) = read_run(args.new), read_run(args.old)
         comparison = compare_metrics(new, old, thresholds)
         finish_run(args.new, new, manifest, comparison)
     except (OSError, ValueError) as error:  # mismatched documents are ValueErrors
-        print(f"litmus-score: {_printable(error)}", file=sys.stderr)
+        print(f"litmus-score: {_error_line(error)}", file=sys.stderr)
         return EXIT_USAGE
     finally:
         lock.release()
