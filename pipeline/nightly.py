@@ -37,10 +37,10 @@ def _parser() -> _Parser:
     parser = _Parser(prog="litmus-score nightly", allow_abbrev=False, add_help=False,
                      description="Score one night into OUTPUT_ROOT/date=DATE/ and compare it with the latest "
                                  "earlier complete night; other flags are score's (litmus-score score --help).")
-    parser.add_argument("--date", required=True, help="the night, YYYY-MM-DD")
-    parser.add_argument("--input", dest="inputs", action="append", required=True,
-                        help="Parquet path or glob; {date} stands for --date; repeat for several")
-    parser.add_argument("--output-root", required=True, help="folder of the nights' outputs (local, gs://, ...)")
+    parser.add_argument("--date", help="the night, YYYY-MM-DD (required)")
+    parser.add_argument("--input", dest="inputs", action="append",
+                        help="Parquet path or glob; {date} stands for --date; repeat for several (required)")
+    parser.add_argument("--output-root", help="folder of the nights' outputs: local, gs://, ... (required)")
     parser.add_argument("-h", "--help", action="store_true")
     return parser
 
@@ -84,12 +84,14 @@ def plan(argv):
     if args.help:
         parser.print_help()
         return None
-    date = night_date(args.date)
     for flag in _CHOSEN:
         if any(arg.split("=", 1)[0] == flag for arg in rest):
             raise UsageError(f"nightly chooses {flag} itself (under --output-root); drop it")
-    own = [flag for action in parser._actions for flag in action.option_strings]
-    check_flags(rest, own)
+    check_flags(rest, [flag for action in parser._actions for flag in action.option_strings])
+    for flag, value in (("--date", args.date), ("--input", args.inputs), ("--output-root", args.output_root)):
+        if not value:
+            raise UsageError(f"{flag} is required (litmus-score nightly --help)")
+    date = night_date(args.date)
     try:
         mode = c.check_mode(PipelineOptions(rest).view_as(ScoreOptions).adjudication)
     except ValueError as error:
