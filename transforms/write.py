@@ -201,9 +201,18 @@ def commit_files(written, file_sets, output: str, temp_dir: str) -> list:
                 destinations.append(FileSystems.join(output, committed[-1]["path"]))
     if sources:
         FileSystems.rename(sources, destinations)
-    if FileSystems.exists(temp_dir):
-        FileSystems.delete([temp_dir])
+    _delete_folder(temp_dir)
     return committed
+
+
+def _delete_folder(folder: str) -> None:
+    """Deletes a local folder, or every object under an object store's prefix (which is no object itself)."""
+    if FileSystems.exists(folder):
+        FileSystems.delete([folder])
+        return
+    left = [found.path for found in FileSystems.match([FileSystems.join(folder, "**")])[0].metadata_list]
+    if left:
+        FileSystems.delete(left)
 
 
 # What the finishing step collects: shard reports, written files, the metrics.
