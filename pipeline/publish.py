@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.localfilesystem import LocalFileSystem
 
 from scoring.layout import (
     COMPARISON_FILE, LOCK_FILE, MANIFEST_FILE, MANIFEST_SCHEMA, METRICS_FILE, PARTIAL_PREFIX, REPORT_FILE,
@@ -45,7 +46,7 @@ class PublishError(ValueError):
 
 
 def _is_local(path: str) -> bool:
-    return FileSystems.get_filesystem(path).scheme() == "file"
+    return isinstance(FileSystems.get_filesystem(path), LocalFileSystem)
 
 
 def _listing(folder: str) -> dict:

@@ -9,7 +9,7 @@ import socket
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import synthetic
+from pipeline import publish, synthetic
 from pipeline.cli import main
 from tests import memfs
 from tests.conftest import RUNNER
@@ -91,3 +91,9 @@ def test_foreign_objects_and_held_locks_are_refused(runs, capsys):
     assert main([*argv, "--output", busy, "--replace"]) == 2
     assert "is in use by another run" in one_line_error(capsys)
     assert list(memfs.objects(busy + "/")) == [f"{busy}/.lock"]
+
+
+def test_local_folders_and_object_stores_are_told_apart(tmp_path):
+    # Local folders get O_EXCL locks and a one-level listing; object stores a prefix listing.
+    assert publish._is_local(str(tmp_path)) and publish._is_local("relative/out")
+    assert not publish._is_local(ROOT)

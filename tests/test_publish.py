@@ -16,6 +16,7 @@ import pytest
 from pipeline.cli import main
 from pipeline.flags import check_flags
 from pipeline.options import UsageError
+from pipeline.publish import listed_files
 from tests.conftest import RUNNER, load_json
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,11 +99,12 @@ def test_rerun_after_a_crash_is_refused_and_replace_counts_every_row_once(shards
     metrics, manifest = load_json(out / "metrics.json"), load_json(out / "manifest.json")
     assert metrics == clean_metrics
     scored_files = sorted(p.relative_to(out).as_posix() for p in (out / "scored").glob("*.parquet"))
-    listed = [e["path"] for e in manifest["outputs"] if e["path"].startswith("scored/")]
-    assert listed == scored_files == ["scored/part-00000-of-00001.parquet"]
+    listed = listed_files(str(out), manifest, "scored")
+    assert [str(Path(path).relative_to(out)) for path in listed] == scored_files == [
+        "scored/part-00000-of-00001.parquet"]
     # Through the manifest's list and through the folder: every call once.
     assert pq.read_table(out / "scored").num_rows == scored_calls
-    assert sum(pq.read_table(out / path).num_rows for path in listed) == scored_calls
+    assert sum(pq.read_table(path).num_rows for path in listed) == scored_calls
     assert sum(e["rows"] for e in manifest["outputs"] if e["path"].startswith("scored/")) == scored_calls
     unscored = pq.read_table(out / "unscored").num_rows
     assert unscored == metrics["totals"]["trajectories"]["unscored"] > 0
