@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -176,6 +177,46 @@ def test_output_root_of_the_disk_is_refused_at_once(shards, capsys):
         assert score(shards, Path("/"), *flags) == 2
         assert "'/' holds files litmus-score did not write" in one_line_error(capsys)
     assert not Path("/.lock").exists() and not Path("/scored").exists()
+
+
+# Runs `litmus-score score` and stops inside its final step, holding the
+# lock, after touching the file named by its first argument.
+PAUSE = """
+import pathlib, sys, time
+import transforms.write as write
+commit = write.commit_files
+def commit_then_wait(*args, **kwargs):
+    commit(*args, **kwargs)
+    pathlib.Path(sys.argv[1]).touch()
+    time.sleep(600)
+write.commit_files = commit_then_wait
+from pipeline.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_a_run_into_a_folder_being_written_is_refused(shards, tmp_path, capsys):
+    out, ready = tmp_path / "out", tmp_path / "ready"
+    argv = ["score", "--input", str(shards / "*.parquet"), "--output", str(out), *RUNNER]
+    first = subprocess.Popen([sys.executable, "-c", PAUSE, str(ready), *argv], cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        give_up = time.monotonic() + 300  # a guard against a hang, not a speed check
+        while not ready.exists():
+            assert first.poll() is None, "the first run ended before its final step"
+            assert time.monotonic() < give_up, "the first run never reached its final step"
+            time.sleep(0.2)
+        being_written = tree(out)
+        for flags in ((), ("--replace",)):
+            assert score(shards, out, *flags) == 2
+            assert f"is in use by another run (pid {first.pid} on" in one_line_error(capsys)
+        assert tree(out) == being_written  # nothing interleaved
+    finally:
+        first.kill()
+        first.wait()
+    # Killed, its lock is stale: --replace takes the folder over.
+    assert score(shards, out, "--replace") == 0
+    assert (out / "_SUCCESS").exists() and not (out / ".lock").exists()
 
 
 def write_lock(folder: Path, pid: int, host: str | None = None) -> Path:
