@@ -50,7 +50,7 @@ class ScoreOptions(PipelineOptions):
             "--input", dest="inputs", action="append", default=None,
             help="Parquet shard path or glob (local, gs://, ...); repeat for several.",
         )
-        parser.add_argument("--output", help="Folder for this run's outputs; must be new or empty.")
+        parser.add_argument("--output", help="Folder for this run's outputs: new or empty (or see --replace).")
         parser.add_argument(
             "--replace", action="store_true",
             help="Replace an earlier attempt (complete or not) in --output, and break its lock if its process "
