@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from apache_beam.io.filesystem import BeamIOError
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from pipeline.publish import PublishError, read_run
 from scoring import contract as c
-from scoring.layout import METRICS_FILE, OTHER
+from scoring.layout import OTHER
 from scoring.metrics import DEFAULT_MAX_SLICE_KEYS
 from scoring.trajectory import DEFAULT_BOUNDS, MAX_JSON_DEPTH_LIMIT, Bounds
 from transforms.read import DEFAULT_BATCH_ROWS
@@ -55,7 +53,12 @@ class ScoreOptions(PipelineOptions):
             "--input", dest="inputs", action="append", default=None,
             help="Parquet shard path or glob (local, gs://, ...); repeat for several.",
         )
-        parser.add_argument("--output", help="Folder for this run's outputs; must be new or empty.")
+        parser.add_argument("--output", help="Folder for this run's outputs: new or empty (or see --replace).")
+        parser.add_argument(
+            "--replace", action="store_true",
+            help="Replace an earlier attempt (complete or not) in --output, and break its lock if its process "
+                 "is dead on this host.",
+        )
         parser.add_argument(
             "--adjudication", default=c.COMMIT,
             help=f"Adjudication mode: {', '.join(c.MODES)} (default {c.COMMIT}).",
@@ -102,6 +105,7 @@ class ScoreConfig:
     thresholds: Optional[Thresholds] = None  # None: scoring.compare.DEFAULT_THRESHOLDS
     bounds: Bounds = DEFAULT_BOUNDS
     max_slice_keys: int = DEFAULT_MAX_SLICE_KEYS
+    replace: bool = False
 
     def as_dict(self) -> dict:
         return {
@@ -119,23 +123,15 @@ class ScoreConfig:
 
 
 def load_baseline_metrics(folder: str, mode: str) -> dict:
-    """An earlier run's metrics.json, checked to be comparable; UsageError if not."""
-    path = FileSystems.join(folder.rstrip("/"), METRICS_FILE)
+    """A complete earlier run's metrics.json, checked to be comparable; UsageError if not."""
     try:
-        with FileSystems.open(path) as handle:
-            metrics = json.loads(handle.read().decode("utf-8"))
-    except (OSError, BeamIOError, ValueError) as error:
-        raise UsageError(f"baseline {folder!r} has no readable metrics.json ({type(error).__name__})") from None
+        metrics, _ = read_run(folder)
+    except PublishError as error:
+        raise UsageError(f"baseline: {error}") from None
     if not isinstance(metrics, dict) or metrics.get("adjudication") != mode:
         found = metrics.get("adjudication") if isinstance(metrics, dict) else None
         raise UsageError(f"baseline {folder!r} was scored with adjudication {found!r}, this run with {mode!r}")
     return metrics
-
-
-def _holds_results(folder: str) -> bool:
-    if not FileSystems.exists(folder):
-        return False
-    return bool(FileSystems.match([FileSystems.join(folder, "*")])[0].metadata_list)
 
 
 def validate(options: PipelineOptions) -> ScoreConfig:
@@ -158,8 +154,6 @@ def validate(options: PipelineOptions) -> ScoreConfig:
     except ValueError as error:
         raise UsageError(f"--{error}") from None
     output = score.output.rstrip("/") or "/"
-    if _holds_results(output):
-        raise UsageError(f"output folder {output!r} is not empty (it may hold another run's results); choose a new one")
     # pydantic and PyYAML load only when a policy or thresholds file is given.
     policy = thresholds = None
     try:
@@ -178,4 +172,4 @@ def validate(options: PipelineOptions) -> ScoreConfig:
     if score.baseline:
         load_baseline_metrics(score.baseline, mode)
     return ScoreConfig(tuple(score.inputs), output, mode, score.batch_rows, score.policy, policy,
-                       score.baseline, thresholds, bounds, score.max_slice_keys)
+                       score.baseline, thresholds, bounds, score.max_slice_keys, score.replace)

@@ -12,6 +12,10 @@ take the names from here, so the layout is stated once.
     OUTPUT/comparison.json     the regression verdict, with a baseline
     OUTPUT/report.html         the run for people
     OUTPUT/_SUCCESS            written last: the run is complete
+    OUTPUT/.lock               held while a run writes the folder
+
+A run is complete when _SUCCESS exists beside a valid manifest.json; the
+files its manifest lists are the run, whatever else the folder holds.
 """
 
 METRICS_FILE = "metrics.json"
@@ -32,6 +36,12 @@ FAILED = "failed"
 UNSCORED_STAGES = (DUPLICATE, INCOMPLETE, UNRESOLVED, FAILED)
 # Bundles write here before the finishing step moves their files into place.
 TEMP_PREFIX = ".temp-"
+# metrics.json, manifest.json, ... are written under this prefix, then renamed.
+PARTIAL_PREFIX = ".partial-"
+# Created exclusively by the run that writes the folder; records its pid and host.
+LOCK_FILE = ".lock"
+# `nightly` scores each night into OUTPUT_ROOT/date=YYYY-MM-DD/.
+NIGHT_PREFIX = "date="
 
 MANIFEST_SCHEMA = "litmus-manifest/1"
 COMPARISON_SCHEMA = "litmus-comparison/1"
