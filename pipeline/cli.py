@@ -107,6 +107,10 @@ def score(argv) -> int:
     from transforms.read import NoMatchingShards
     from transforms.write import MANIFEST_FILE, METRICS_FILE, write_text
 
+    if any(arg.split("=")[0] == "--input-format" for arg in argv):
+        from importers.cli import import_and_score
+
+        return import_and_score(argv, score)
     if any(arg in ("-h", "--help") for arg in argv):
         parser = argparse.ArgumentParser(
             prog="litmus-score score", description="Score trajectory shards; other flags go to Beam."
@@ -251,8 +255,15 @@ def main(argv=None) -> int:
     pol_commands = pol.add_subparsers(dest="policy_command", required=True)
     pol_commands.add_parser("check", help="validate a policy file and print its hash").add_argument("file")
 
+    commands.add_parser("import", help="import agent logs into shards (litmus-score import FORMAT --help)",
+                        add_help=False)
+
     if argv[:1] == ["score"]:
         return score(argv[1:])
+    if argv[:1] == ["import"]:
+        from importers.cli import import_command
+
+        return import_command(argv[1:])
     args, beam_args = parser.parse_known_args(argv)
     if args.command == "demo":
         args.beam_args = beam_args

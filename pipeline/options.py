@@ -112,10 +112,15 @@ def load_baseline_metrics(folder: str, mode: str) -> dict:
     return metrics
 
 
+# `score --input-format` imports into this folder of --output before scoring there.
+IMPORTED_DIR = "imported"
+
+
 def _holds_results(folder: str) -> bool:
     if not FileSystems.exists(folder):
         return False
-    return bool(FileSystems.match([FileSystems.join(folder, "*")])[0].metadata_list)
+    imported = FileSystems.join(folder, IMPORTED_DIR)
+    return any(not m.path.startswith(imported) for m in FileSystems.match([FileSystems.join(folder, "*")])[0].metadata_list)
 
 
 def validate(options: PipelineOptions) -> ScoreConfig:
