@@ -121,7 +121,7 @@ class ImportLogFn(beam.DoFn):
                         report["unmapped"] += 1
                         report["unmapped_by_reason"][item.reason] += 1
                         misses.append({"file": path, "position": item.position, "reason": item.reason,
-                                       "detail": r.bounded(item.detail)})
+                                       "detail": r.bounded(item.detail), "unit": item.unit})
                     else:
                         calls = item.row["call_count"]
                         report["units"] += 1

@@ -22,6 +22,8 @@ UNMAPPED = pa.schema(
         pa.field("position", pa.string()),
         pa.field("reason", pa.string()),
         pa.field("detail", pa.string()),
+        # A whole unit (sample, episode) that became no trajectory.
+        pa.field("unit", pa.bool_()),
     ]
 )
 MAX_DETAIL_CHARS = 2000
