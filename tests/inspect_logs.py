@@ -11,9 +11,9 @@ from pathlib import Path
 from inspect_ai import Task, eval
 from inspect_ai.approval import Approval, ApprovalPolicy, approver, auto_approver
 from inspect_ai.dataset import Sample
-from inspect_ai.model import ChatMessageAssistant, ModelOutput, ModelUsage, get_model
+from inspect_ai.model import ChatMessageAssistant, ModelOutput, ModelUsage, execute_tools, get_model
 from inspect_ai.model._model_output import ChatCompletionChoice
-from inspect_ai.solver import generate, use_tools
+from inspect_ai.solver import generate, solver, use_tools
 from inspect_ai.tool import ToolCall, tool
 from inspect_ai.util import store
 
@@ -220,3 +220,25 @@ def many_samples_log(log_dir: Path, samples: int) -> Path:
                  max_samples=1)
     assert log.status == "success", log.error
     return Path(log.location)
+
+
+@solver
+def run_a_tool_directly():
+    """A solver that runs a tool no model output proposed."""
+
+    async def solve(state, generate):
+        message = ChatMessageAssistant(content="", tool_calls=[
+            ToolCall(id="by-solver", function="update_config", arguments={"key": "audit.enabled", "value": "false"})])
+        state.messages.append(message)
+        result = await execute_tools(state.messages, state.tools)
+        state.messages.extend(result.messages)
+        return state
+
+    return solve
+
+
+def solver_call_log(log_dir: Path) -> Path:
+    """One sample whose only tool call was made by the solver, not the model."""
+    task = Task(name="solver_call", dataset=[Sample(id="direct", input="x")],
+                solver=[use_tools([update_config()]), run_a_tool_directly()])
+    return _run(task, [], log_dir)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import apache_beam as beam
 import pytest
 
 from tests.conftest import RUNNER
@@ -108,6 +109,34 @@ def test_a_corrupt_or_truncated_log_fails_alone(logs, tmp_path):
     assert sorted(manifest["failed_files"]) == sorted(str(broken / n) for n in ("garbage.eval", "truncated.eval", "foreign.json"))
     assert all(report["error"] for report in manifest["files"] if report["file"] != str(good))
     assert manifest["totals"]["trajectories"] == 1
+
+
+def test_a_tool_no_model_proposed_is_unmapped_not_invented(tmp_path):
+    log = inspect_logs.solver_call_log(tmp_path / "logs")
+    assert run_import("inspect", [log], tmp_path / "shards") == 0
+    [row] = read_rows(tmp_path / "shards" / "trajectories")
+    assert row["calls"] == []
+    [entry] = read_rows(tmp_path / "shards" / "unmapped")
+    assert entry["reason"] == "tool_event_without_proposal" and entry["file"] == str(log)
+    assert "by-solver" in entry["detail"] and entry["unit"] is False
+    assert check_accounting(tmp_path / "shards")["totals"]["unmapped_by_reason"] == {"tool_event_without_proposal": 1}
+
+
+def test_import_logs_transform(logs):
+    """ImportLogs on its own, in a TestPipeline: one report per file, rows on the shard schema."""
+    from apache_beam.testing.test_pipeline import TestPipeline
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from importers.pipeline import ImportLogs
+
+    transform = ImportLogs("inspect", [str(logs["folder"])], principal="agent")
+    assert transform.files == sorted(str(p) for p in logs["folder"].glob("*.eval"))
+    with TestPipeline(argv=RUNNER) as pipeline:
+        imported = pipeline | transform
+        reports = imported["reports"] | beam.Map(lambda r: (r["file"].endswith(".eval"), r["trajectories"], r["error"]))
+        assert_that(reports, equal_to([(True, 1, None)] * 2), label="reports")
+        rows = imported["trajectories"] | beam.FlatMap(lambda t: [(t.schema == transform.schema, n) for n in t["call_count"].to_pylist()])
+        assert_that(rows, equal_to([(True, 5), (True, 2)]), label="rows")
 
 
 def test_usage_errors(tmp_path):
