@@ -120,7 +120,8 @@ def _holds_results(folder: str) -> bool:
     if not FileSystems.exists(folder):
         return False
     imported = FileSystems.join(folder, IMPORTED_DIR)
-    return any(not m.path.startswith(imported) for m in FileSystems.match([FileSystems.join(folder, "*")])[0].metadata_list)
+    return any(m.path != imported and not m.path.startswith(imported + "/")
+               for m in FileSystems.match([FileSystems.join(folder, "*")])[0].metadata_list)
 
 
 def validate(options: PipelineOptions) -> ScoreConfig:
