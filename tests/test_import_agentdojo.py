@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.conftest import RUNNER
@@ -86,3 +88,23 @@ def test_a_foreign_json_fails_alone(logdir, tmp_path):
     manifest = check_accounting(tmp_path / "shards")
     assert sorted(manifest["failed_files"]) == sorted([str(foreign), str(truncated)])
     assert manifest["totals"]["trajectories"] == 4
+
+
+def test_results_answer_calls_by_id_and_an_orphan_result_is_unmapped(logdir):
+    """map_episode without Beam, on an episode AgentDojo wrote, given call ids (as LLM pipelines have)
+    and a tool result that answers no call."""
+    from agentdojo.benchmark import TaskResults
+
+    from importers.agentdojo import map_episode
+
+    path = next(logdir.glob("replay-refused/**/*.json"))
+    document = json.loads(path.read_text())
+    assistant, result = document["messages"][1], document["messages"][2]
+    assistant["tool_calls"][0]["id"] = result["tool_call_id"] = "call-7"
+    orphan = {**result, "tool_call_id": "call-unknown"}
+    # The orphan first: results are matched by id, not by position.
+    document["messages"][2:3] = [orphan, result]
+    mapped, unmapped = map_episode(TaskResults(**document), "v1.2.2", str(path), "agent")
+    [call] = mapped.row["calls"]
+    assert call["call_id"] == "call-7" and call["commit"]["outcome"] == "rejected"
+    assert [(u.position, u.reason) for u in unmapped] == [("message 2", "tool_result_without_proposal")]

@@ -107,3 +107,24 @@ def test_a_file_with_a_corrupt_line_fails_alone(trace_file, tmp_path):
     assert "line 2" in failed["error"] and failed["trajectories"] == 0
     assert manifest["totals"]["trajectories"] == 1
     assert load_json(tmp_path / "shards" / "import-manifest.json")["library"]["name"] == "opentelemetry-proto"
+
+
+def test_hex_and_base64_ids_parse_to_the_same_spans(trace_file):
+    """parse_lines without Beam: OTLP/JSON's hex ids and protobuf JSON's base64 ids are one id."""
+    from importers.otel import parse_lines
+
+    hex_lines = trace_file.read_text().splitlines()
+    base64_lines = []
+    for line in hex_lines:
+        document = json.loads(line)
+        for resource in document["resourceSpans"]:
+            for scope in resource["scopeSpans"]:
+                for span in scope["spans"]:
+                    for key in ("traceId", "spanId", "parentSpanId"):
+                        if span.get(key):
+                            span[key] = base64.b64encode(bytes.fromhex(span[key])).decode()
+        base64_lines.append(json.dumps(document))
+    spans = [[(s.trace_id, s.span_id, s.parent_span_id, s.name) for _, _, s in parse_lines(lines)]
+             for lines in (hex_lines, base64_lines)]
+    assert spans[0] == spans[1] and len(spans[0]) == 6
+    assert all(len(trace_id) == 16 and len(span_id) == 8 for trace_id, span_id, _, _ in spans[0])
