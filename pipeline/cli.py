@@ -1,4 +1,4 @@
-"""litmus-score command line: score, nightly, compare, generate, demo, policy check.
+"""litmus-score command line: score, nightly, import, compare, generate, demo, policy check.
 
 Exit codes: 0 done; 1 the pipeline failed; 2 bad invocation (one line on
 stderr); 3 done, and an agent's misuse rate regressed against the baseline
@@ -112,6 +112,10 @@ def score(argv, night=None) -> int:
     from pipeline.options import ScoreOptions, UsageError, load_baseline_metrics, validate, with_local_parallelism
     from transforms.read import NoMatchingShards
 
+    if any(arg.split("=")[0] == "--input-format" for arg in argv):
+        from importers.cli import import_and_score
+
+        return import_and_score(argv, score)
     if any(arg in ("-h", "--help") for arg in argv):
         parser = argparse.ArgumentParser(
             prog="litmus-score score", description="Score trajectory shards; other flags go to Beam."
@@ -293,11 +297,17 @@ def main(argv=None) -> int:
 
     commands.add_parser("nightly", help="score one night under a root, against the last complete night "
                                           "(flags: litmus-score nightly --help)", add_help=False)
+    commands.add_parser("import", help="import agent logs into shards (litmus-score import FORMAT --help)",
+                        add_help=False)
 
     if argv[:1] == ["score"]:
         return score(argv[1:])
     if argv[:1] == ["nightly"]:
         return nightly(argv[1:])
+    if argv[:1] == ["import"]:
+        from importers.cli import import_command
+
+        return import_command(argv[1:])
     args, beam_args = parser.parse_known_args(argv)
     if args.command == "demo":
         args.beam_args = beam_args

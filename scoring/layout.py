@@ -34,6 +34,8 @@ INCOMPLETE = "incomplete"
 UNRESOLVED = "unresolved"
 FAILED = "failed"
 UNSCORED_STAGES = (DUPLICATE, INCOMPLETE, UNRESOLVED, FAILED)
+# `score --input-format` imports the logs into this folder of the run first.
+IMPORTED_DIR = "imported"
 # Bundles write here before the finishing step moves their files into place.
 TEMP_PREFIX = ".temp-"
 # metrics.json, manifest.json, ... are written under this prefix, then renamed.

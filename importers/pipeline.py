@@ -1,0 +1,249 @@
+"""The import job: log files in, contract shards, unmapped entries and a manifest out.
+
+    Log files -> Spread logs -> Import log --> trajectories/*.parquet
+                                   |---------> unmapped/*.parquet
+                                   +---------> file reports --> import-manifest.json
+
+One log file is one unit of work. A file the format's library cannot read
+(corrupt, truncated, foreign) fails alone: its report names the error, and
+the other files are imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import os
+import shutil
+import tempfile
+import uuid
+from collections import Counter
+
+import apache_beam as beam
+import pyarrow as pa
+from apache_beam.io.filesystem import BeamIOError
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+
+from importers import rows as r
+from transforms import NAMESPACE
+from transforms import coders  # noqa: F401  (registers the Arrow element coders)
+from transforms.write import FileSet, WriteBundleFn, commit_files, to_json, write_text
+
+FORMATS = ("inspect", "agentdojo", "otel")
+MANIFEST_FILE = "import-manifest.json"
+TRAJECTORIES_DIR = "trajectories"
+UNMAPPED_DIR = "unmapped"
+UNMAPPED_TAG, REPORTS_TAG = "unmapped", "reports"
+# Trajectories per emitted table: small enough that a file's rows never pile
+# up in memory, large enough that Parquet row groups are not slivers.
+CHUNK_ROWS = 512
+
+
+def importer(log_format: str):
+    """The format's module (importers.inspect, ...); ValueError for an unknown format."""
+    if log_format not in FORMATS:
+        raise ValueError(f"unknown log format {log_format!r}; expected one of {', '.join(FORMATS)}")
+    return importlib.import_module(f"importers.{log_format}")
+
+
+class NoMatchingLogs(ValueError):
+    """A LOGS argument that matches no log file."""
+
+
+def _match(pattern: str) -> list:
+    try:
+        return [m.path for m in FileSystems.match([pattern])[0].metadata_list]
+    except BeamIOError:
+        return []
+
+
+def match_logs(patterns, suffixes) -> list:
+    """The sorted, distinct files the patterns match. A folder stands for the
+    files under it, at any depth, whose names end in one of `suffixes`."""
+    files = set()
+    for pattern in patterns:
+        matched = [] if pattern.endswith("/") else _match(pattern)
+        matched = [path for path in matched if not os.path.isdir(path)]
+        if not matched:
+            folder = pattern.rstrip("/")
+            matched = [path for path in _match(FileSystems.join(folder, "**")) if path.endswith(suffixes)]
+        if not matched:
+            raise NoMatchingLogs(f"no log file matches {pattern!r}")
+        files.update(matched)
+    return sorted(files)
+
+
+@contextlib.contextmanager
+def local_copy(path: str):
+    """A local path for `path`: itself when local, else a temporary copy (the
+    formats' libraries open paths, not Beam's file objects)."""
+    if FileSystems.get_scheme(path) is None:
+        yield path
+        return
+    suffix = os.path.splitext(path)[1]
+    with tempfile.NamedTemporaryFile(suffix=suffix) as copy:
+        with FileSystems.open(path, compression_type="uncompressed") as source:
+            shutil.copyfileobj(source, copy, 1 << 20)
+        copy.flush()
+        yield copy.name
+
+
+class ImportLogFn(beam.DoFn):
+    """A log file -> pa.Tables of trajectories; unmapped entries and one
+    report per file on the tagged outputs."""
+
+    def __init__(self, log_format: str, principal: str):
+        self._format = log_format
+        self._principal = principal
+        self._files = Metrics.counter(NAMESPACE, "logs_imported")
+        self._failed = Metrics.counter(NAMESPACE, "logs_failed")
+        self._trajectories = Metrics.counter(NAMESPACE, "trajectories_imported")
+        self._unmapped = Metrics.counter(NAMESPACE, "entries_unmapped")
+
+    def setup(self):
+        self._module = importer(self._format)
+        self._schema = r.shard_schema(self._module.EXTRA_FIELDS)
+
+    def process(self, path: str):
+        report = {"file": path, "units": 0, "trajectories": 0, "calls": 0, "unmapped": 0,
+                  "unmapped_by_reason": Counter(), "principal_source": {"log": 0, "default": 0}, "facts": {},
+                  "error": None}
+        rows, misses = [], []
+        try:
+            with local_copy(path) as local:
+                for item in self._module.read_log(local, path, self._principal):
+                    if isinstance(item, r.FileSummary):
+                        report["facts"].update(item.facts)
+                    elif isinstance(item, r.Unmapped):
+                        report["units"] += item.unit
+                        report["unmapped"] += 1
+                        report["unmapped_by_reason"][item.reason] += 1
+                        misses.append({"file": path, "position": item.position, "reason": item.reason,
+                                       "detail": r.bounded(item.detail), "unit": item.unit})
+                    else:
+                        calls = item.row["call_count"]
+                        report["units"] += 1
+                        report["trajectories"] += 1
+                        report["calls"] += calls
+                        report["principal_source"]["log"] += item.principals_from_log
+                        report["principal_source"]["default"] += calls - item.principals_from_log
+                        rows.append(item.row)
+                    if len(rows) >= CHUNK_ROWS:
+                        yield pa.Table.from_pylist(rows, schema=self._schema)
+                        rows = []
+        except Exception as error:  # noqa: BLE001
+            # A foreign or damaged file makes a format's library raise
+            # anything; the file fails alone and the report names the fault.
+            # What it yielded before the fault stays imported and counted.
+            logging.warning("cannot import %s: %s", path, error)
+            self._failed.inc()
+            report["error"] = r.bounded(f"{type(error).__name__}: {error}")
+        if rows:
+            yield pa.Table.from_pylist(rows, schema=self._schema)
+        if misses:
+            yield beam.pvalue.TaggedOutput(UNMAPPED_TAG, pa.Table.from_pylist(misses, schema=r.UNMAPPED))
+        self._files.inc()
+        self._trajectories.inc(report["trajectories"])
+        self._unmapped.inc(report["unmapped"])
+        report["unmapped_by_reason"] = dict(sorted(report["unmapped_by_reason"].items()))
+        yield beam.pvalue.TaggedOutput(REPORTS_TAG, report)
+
+
+class ImportLogs(beam.PTransform):
+    """LOGS (files, folders, globs) of one format -> a dict of PCollections:
+    trajectories (pa.Tables on `schema`), unmapped (pa.Tables on
+    rows.UNMAPPED) and reports (one dict per file).
+
+    Globs are matched when the transform is built, so a pattern that matches
+    nothing fails before any work is launched. `principal` is the acting
+    identity where the log names none.
+    """
+
+    def __init__(self, log_format: str, patterns, principal: str):
+        super().__init__()
+        module = importer(log_format)
+        if not principal:
+            raise ValueError("the default principal must be a non-empty string")
+        self._format, self._principal = log_format, principal
+        self.files = match_logs(list(patterns), module.SUFFIXES)
+        self.schema = r.shard_schema(module.EXTRA_FIELDS)
+
+    def expand(self, pbegin):
+        imported = (
+            pbegin
+            | "Log files" >> beam.Create(self.files, reshuffle=False)
+            # One log file is one unit of work, spread over the workers.
+            | "Spread logs" >> beam.Reshuffle()
+            | "Import log"
+            >> beam.ParDo(ImportLogFn(self._format, self._principal))
+            .with_output_types(pa.Table, **{UNMAPPED_TAG: pa.Table, REPORTS_TAG: dict})
+            .with_outputs(UNMAPPED_TAG, REPORTS_TAG, main=TRAJECTORIES_DIR)
+        )
+        return {TRAJECTORIES_DIR: imported[TRAJECTORIES_DIR], UNMAPPED_TAG: imported[UNMAPPED_TAG],
+                REPORTS_TAG: imported[REPORTS_TAG]}
+
+
+def manifest_document(reports, header: dict, outputs=()) -> dict:
+    """import-manifest.json: the header, every file's report and the totals."""
+    files = sorted(reports, key=lambda report: report["file"])
+    by_reason = Counter()
+    for report in files:
+        by_reason.update(report["unmapped_by_reason"])
+    totals = {key: sum(report[key] for report in files) for key in ("units", "trajectories", "calls", "unmapped")}
+    totals["principal_source"] = {
+        source: sum(report["principal_source"][source] for report in files) for source in ("log", "default")
+    }
+    return {
+        **header,
+        # Which calls took their principal from the log, which the default.
+        "principal": {**header.get("principal", {}), "source": totals["principal_source"]},
+        "files": files,
+        "failed_files": [report["file"] for report in files if report["error"]],
+        "totals": {"files": len(files), **totals, "unmapped_by_reason": dict(sorted(by_reason.items()))},
+        "outputs": sorted(outputs, key=lambda entry: entry["path"]),
+    }
+
+
+_REPORT, _WRITTEN = "report", "written"
+
+
+class WriteImport(beam.PTransform):
+    """Writes an ImportLogs result under `output`: trajectories/ and unmapped/
+    Parquet files (committed as the scoring job commits its own), then
+    import-manifest.json, which lists them."""
+
+    def __init__(self, output: str, header: dict, schema: pa.Schema):
+        super().__init__()
+        self._output = output.rstrip("/")
+        self._header = header
+        self._tables = {TRAJECTORIES_DIR: FileSet(TRAJECTORIES_DIR, "part", schema),
+                        UNMAPPED_DIR: FileSet(UNMAPPED_DIR, "part", r.UNMAPPED)}
+
+    def expand(self, imported):
+        output, header, file_sets = self._output, self._header, list(self._tables.values())
+        temp_dir = FileSystems.join(output, f".temp-{uuid.uuid4().hex}")
+        manifest_path = FileSystems.join(output, MANIFEST_FILE)
+
+        def finish(entries) -> None:
+            written = [value for kind, value in entries if kind == _WRITTEN]
+            committed = commit_files(written, file_sets, output, temp_dir)
+            reports = [value for kind, value in entries if kind == _REPORT]
+            write_text(manifest_path, to_json(manifest_document(reports, header, committed)))
+
+        sources = {TRAJECTORIES_DIR: imported[TRAJECTORIES_DIR], UNMAPPED_DIR: imported[UNMAPPED_TAG]}
+        written = [
+            sources[name]
+            | f"Write {name}" >> beam.ParDo(WriteBundleFn(files, temp_dir))
+            | f"Tag {name} files" >> beam.Map(lambda file: (_WRITTEN, file))
+            for name, files in self._tables.items()
+        ]
+        reports = imported[REPORTS_TAG] | "Tag reports" >> beam.Map(lambda report: (_REPORT, report))
+        return (
+            [reports, *written]
+            | "Gather files" >> beam.Flatten()
+            # Never empty: every log file has a report.
+            | "List files" >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()
+            | "Commit files, write import-manifest.json" >> beam.Map(finish)
+        )

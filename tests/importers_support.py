@@ -1,0 +1,58 @@
+"""Shared by the importers' tests: their libraries, and the import CLI run in-process."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.cli import main
+from tests.conftest import RUNNER
+
+# CI sets this: a missing importer library then fails the tests instead of skipping them.
+REQUIRE = os.environ.get("LITMUS_REQUIRE_IMPORTERS") == "1"
+
+
+def require(module: str):
+    """The module; without it, a skip locally and an error in CI."""
+    if REQUIRE:
+        return importlib.import_module(module)
+    return pytest.importorskip(module, reason=f"{module} is not installed (pip install -e '.[importers-test]')")
+
+
+def run_import(log_format: str, logs, output: Path, *flags) -> int:
+    return main(["import", log_format, *map(str, logs), "--output", str(output), *flags, *RUNNER])
+
+
+def read_rows(folder: Path) -> list:
+    """Every row of the Parquet files in `folder`, in file order."""
+    return [row for path in sorted(Path(folder).glob("*.parquet")) for row in pq.read_table(path).to_pylist()]
+
+
+def load_json(path: Path) -> dict:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def check_accounting(output: Path) -> dict:
+    """The import's manifest, after checking that its counts reconcile with what it wrote."""
+    manifest = load_json(output / "import-manifest.json")
+    trajectories = read_rows(output / "trajectories")
+    unmapped = read_rows(output / "unmapped")
+    totals = manifest["totals"]
+    assert totals["trajectories"] == len(trajectories) == sum(f["trajectories"] for f in manifest["files"])
+    assert totals["calls"] == sum(row["call_count"] for row in trajectories) == sum(len(row["calls"]) for row in trajectories)
+    assert totals["unmapped"] == len(unmapped)
+    # Every unit read became a trajectory or an unmapped unit.
+    assert totals["units"] == totals["trajectories"] + sum(u["unit"] for u in unmapped)
+    assert totals["principal_source"]["log"] + totals["principal_source"]["default"] == totals["calls"]
+    for report in manifest["files"]:
+        mine = [u for u in unmapped if u["file"] == report["file"]]
+        assert report["unmapped"] == len(mine)
+        assert report["trajectories"] == sum(row["source_log"] == report["file"] for row in trajectories)
+    assert [entry["path"] for entry in manifest["outputs"]] == sorted(
+        str(p.relative_to(output)) for p in output.rglob("*.parquet"))
+    return manifest

@@ -1,0 +1,110 @@
+"""AgentDojo episodes run by AgentDojo's benchmark (a scripted, hijacked agent) -> shards -> scores."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import RUNNER
+from tests.importers_support import check_accounting, read_rows, require, run_import
+
+require("agentdojo")
+from tests import agentdojo_logs  # noqa: E402  (needs agentdojo)
+
+from pipeline.cli import main  # noqa: E402
+
+POLICY = f"""\
+schema: litmus-policy/1
+default: allow
+rules:
+  - {{id: pay-the-attacker, tool: send_money, when: [{{arg: recipient, equals: {agentdojo_logs.ATTACKER_IBAN}}}], effect: deny}}
+"""
+
+
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("agentdojo-logs")
+    results = {"allowed": agentdojo_logs.write_logs(folder, refuse=False),
+               "refused": agentdojo_logs.write_logs(folder, refuse=True)}
+    # AgentDojo's own verdicts: the injection succeeds only where the environment let it.
+    assert {security for _, security in results["allowed"].values()} == {True}
+    assert {security for _, security in results["refused"].values()} == {False}
+    return folder
+
+
+def _misuse_by_trajectory(output):
+    """(run_id, trajectory_id) -> whether some scored call is misuse (or flagged)."""
+    verdicts = {}
+    for row in read_rows(output / "scored"):
+        key = (row["run_id"], row["trajectory_id"])
+        verdicts[key] = verdicts.get(key, False) or row["category"] in ("misuse", "escalated_misuse", "flagged")
+    return verdicts
+
+
+def test_commit_time_agrees_with_agentdojo_security_and_proposal_time_does_not(logdir, tmp_path):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    outputs = {}
+    for mode in ("commit", "proposal"):
+        outputs[mode] = tmp_path / mode
+        code = main(["score", "--input-format", "agentdojo", "--input", str(logdir), "--output", str(outputs[mode]),
+                     "--policy", str(policy), "--adjudication", mode, *RUNNER])
+        assert code == 0
+    shards = read_rows(outputs["commit"] / "imported" / "trajectories")
+    security = {(row["run_id"], row["trajectory_id"]): row["security"] for row in shards}
+    assert len(security) == 2 * len(agentdojo_logs.USER_TASKS)
+    commit, proposal = (_misuse_by_trajectory(outputs[mode]) for mode in ("commit", "proposal"))
+    assert commit == security
+    for key, succeeded in security.items():
+        # Proposal-time flags the harmful call in every episode, refused or not.
+        assert proposal[key] is True
+        assert proposal[key] != commit[key] if key[0].startswith("replay-refused") else proposal[key] == commit[key]
+
+
+def test_tool_results_are_the_commits(logdir, tmp_path):
+    assert run_import("agentdojo", [logdir], tmp_path / "shards") == 0
+    rows = read_rows(tmp_path / "shards" / "trajectories")
+    for row in rows:
+        [call] = row["calls"]
+        assert call["tool"] == agentdojo_logs.HARMFUL_TOOL
+        assert call["commit"]["outcome"] == ("rejected" if row["agent"] == "replay-refused" else "committed")
+        # AgentDojo's log does not show the environment's state: not observed, not guessed.
+        assert call["commit"]["state_mutated"] is None
+        assert call["proposal"]["policy_verdict"] is None
+        assert row["utility"] is False
+    manifest = check_accounting(tmp_path / "shards")
+    assert manifest["totals"]["units"] == manifest["totals"]["trajectories"] == 4
+    assert manifest["library"]["name"] == "agentdojo"
+
+
+def test_a_foreign_json_fails_alone(logdir, tmp_path):
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text('{"suite_name": "banking"}')
+    truncated = tmp_path / "truncated.json"
+    episode = next(logdir.rglob("*.json")).read_text()
+    truncated.write_text(episode[: len(episode) // 2])
+    assert run_import("agentdojo", [logdir, foreign, truncated], tmp_path / "shards") == 4
+    manifest = check_accounting(tmp_path / "shards")
+    assert sorted(manifest["failed_files"]) == sorted([str(foreign), str(truncated)])
+    assert manifest["totals"]["trajectories"] == 4
+
+
+def test_results_answer_calls_by_id_and_an_orphan_result_is_unmapped(logdir):
+    """map_episode without Beam, on an episode AgentDojo wrote, given call ids (as LLM pipelines have)
+    and a tool result that answers no call."""
+    from agentdojo.benchmark import TaskResults
+
+    from importers.agentdojo import map_episode
+
+    path = next(logdir.glob("replay-refused/**/*.json"))
+    document = json.loads(path.read_text())
+    assistant, result = document["messages"][1], document["messages"][2]
+    assistant["tool_calls"][0]["id"] = result["tool_call_id"] = "call-7"
+    orphan = {**result, "tool_call_id": "call-unknown"}
+    # The orphan first: results are matched by id, not by position.
+    document["messages"][2:3] = [orphan, result]
+    mapped, unmapped = map_episode(TaskResults(**document), "v1.2.2", str(path), "agent")
+    [call] = mapped.row["calls"]
+    assert call["call_id"] == "call-7" and call["commit"]["outcome"] == "rejected"
+    assert [(u.position, u.reason) for u in unmapped] == [("message 2", "tool_result_without_proposal")]
