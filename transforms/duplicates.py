@@ -68,14 +68,32 @@ def text_hashes(texts: pa.Array) -> np.ndarray:
     offsets = np.frombuffer(texts.buffers()[1], np.int64)[texts.offset:texts.offset + len(texts) + 1]
     data = texts.buffers()[2]
     data = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+    powers, undo = _powers(len(data))
     with np.errstate(over="ignore"):
-        base, inverse = np.uint64(0x100000001B3), np.uint64(0xCE965057AFF6957B)  # odd, and its inverse mod 2^64
-        powers = np.cumprod(np.full(len(data), base, np.uint64))
-        prefix = np.concatenate([[np.uint64(0)], np.cumsum(data.astype(np.uint64) * powers, dtype=np.uint64)])
+        prefix = np.concatenate([[np.uint64(0)], np.cumsum(data.astype(np.uint64) * powers[1:len(data) + 1],
+                                                           dtype=np.uint64)])
         start, end = offsets[:-1], offsets[1:]
-        undo = np.concatenate([[np.uint64(1)], np.cumprod(np.full(len(data), inverse, np.uint64))])
         hashes = (prefix[end] - prefix[start]) * undo[start]
         return _mixed(hashes ^ _mixed((end - start).astype(np.uint64)))
+
+
+_BASE, _INVERSE = np.uint64(0x100000001B3), np.uint64(0xCE965057AFF6957B)  # odd, and its inverse mod 2^64
+_powers_cache = (np.ones(1, np.uint64), np.ones(1, np.uint64))
+
+
+def _powers(n: int):
+    """(base^i, base^-i) for i up to at least n, mod 2^64; kept and grown by
+    doubling, since numpy's cumprod is the slow part of hashing. Each caller
+    keeps the pair it got, so threads that grow it never disturb another."""
+    global _powers_cache
+    cache = _powers_cache
+    if len(cache[0]) <= n:
+        size = max(n + 1, 2 * len(cache[0]))
+        with np.errstate(over="ignore"):
+            cache = tuple(np.concatenate([[np.uint64(1)], np.cumprod(np.full(size - 1, factor, np.uint64))])
+                          for factor in (_BASE, _INVERSE))
+        _powers_cache = cache
+    return cache
 
 
 def key_hashes(run_id: pa.Array, trajectory_id: pa.Array) -> np.ndarray:
