@@ -5,6 +5,7 @@ accounted for, a defect costs only its own row, and nothing is counted twice
 import os
 import shutil
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -248,3 +249,14 @@ def test_many_distinct_tools_keep_metrics_small(tmp_path, score_cli):
         tools = doc["slices"]["tool"]
         assert len(tools) == 51 and sum(tool["calls"] for tool in tools.values()) == 3000
     assert os.path.getsize(out / "metrics.json") < 200_000
+
+
+def test_hash_collisions_cost_work_not_results(tmp_path, score_cli, monkeypatch):
+    hostile_mix(tmp_path)
+    code, plain = score_cli([tmp_path / "*.parquet"], "--max_text_bytes", "2000")
+    assert code == 0
+    # Every key hashing alike makes every row a candidate: decisions compare exact keys.
+    monkeypatch.setattr("transforms.duplicates.key_hashes", lambda run_id, trajectory_id: np.zeros(len(run_id), np.uint64))
+    code, colliding = score_cli([tmp_path / "*.parquet"], "--max_text_bytes", "2000")
+    assert code == 0
+    assert (plain / "metrics.json").read_bytes() == (colliding / "metrics.json").read_bytes()

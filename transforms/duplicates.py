@@ -227,7 +227,7 @@ def decide(keyed_copies):
     shown = ", ".join(f"{path} row {row}" for path, row in (copy.origin for copy in copies[:MAX_COPIES_SHOWN]))
     more = f" and {len(copies) - MAX_COPIES_SHOWN} more" if len(copies) > MAX_COPIES_SHOWN else ""
     for copy in copies:
-        action = decisions[copy.origin]
+        action = decisions.get(copy.origin)
         if action == DROP:
             yield copy.origin[0], Decision(copy.origin[1], DROP)
         elif action == CONFLICT:
