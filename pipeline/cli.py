@@ -103,7 +103,8 @@ def score(argv) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipeline import graph
-    from pipeline.options import ScoreOptions, UsageError, load_baseline_metrics, validate, with_local_parallelism
+    from pipeline.options import (ScoreOptions, UsageError, load_baseline_metrics, validate, with_local_parallelism,
+                                  with_our_runners)
     from transforms.read import NoMatchingShards
     from transforms.write import MANIFEST_FILE, METRICS_FILE, write_text
 
@@ -114,7 +115,7 @@ def score(argv) -> int:
         ScoreOptions._add_argparse_args(parser)
         parser.print_help()
         return EXIT_OK
-    options = PipelineOptions(with_local_parallelism(argv))
+    options = PipelineOptions(with_local_parallelism(with_our_runners(argv)))
     try:
         config = validate(options)
     except UsageError as error:
