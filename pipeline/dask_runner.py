@@ -17,7 +17,8 @@ GroupByKey and Flatten, but keys bags by PCollection, runs each ParDo
 partition as one bundle whose outputs carry their tag, passes side inputs
 as task dependencies, and computes every leaf. Without
 `--dask_client_address` it starts a LocalCluster on loopback with one
-single-threaded worker process per core, and closes it when the job ends.
+single-threaded worker process per core (`--dask_local_workers N` to
+choose), and closes it when the job ends.
 `tests/test_dask.py` fails when Beam's own runner stops needing this.
 """
 
@@ -31,6 +32,7 @@ try:
 except ImportError:
     raise ImportError("--runner dask needs Dask: pip install 'litmus-score[dask]'") from None
 from apache_beam import pvalue
+from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.pipeline import PipelineVisitor
 from apache_beam.runners.common import DoFnContext, DoFnInvoker, DoFnSignature, Receiver, _OutputHandler
 from apache_beam.runners.dask import dask_runner as beam_dask
@@ -142,6 +144,15 @@ class _BagsByPCollection(PipelineVisitor):
         return [bag for pcoll, bag in self.bags.items() if pcoll not in self.consumed]
 
 
+class LocalClusterOptions(PipelineOptions):
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument(
+            "--dask_local_workers", type=int, default=None,
+            help="Without --dask_client_address: worker processes of the LocalCluster (default: one per core).",
+        )
+
+
 class DaskRunner(beam_dask.DaskRunner):
     """Runs a pipeline on Dask distributed (see the module's docstring)."""
 
@@ -156,8 +167,8 @@ class DaskRunner(beam_dask.DaskRunner):
         cluster = None
         if not dask_options.get("address") and not dask_options.get("scheduler_file"):
             cluster = ddist.LocalCluster(
-                n_workers=os.cpu_count() or 1, threads_per_worker=1, processes=True,
-                host="127.0.0.1", dashboard_address=None,
+                n_workers=options.view_as(LocalClusterOptions).dask_local_workers or os.cpu_count() or 1,
+                threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
             )
             dask_options["address"] = cluster
         client = ddist.Client(**dask_options)
