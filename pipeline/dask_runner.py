@@ -25,6 +25,7 @@ choose), and closes it when the job ends.
 from __future__ import annotations
 
 import functools
+import math
 import os
 
 try:
@@ -37,7 +38,7 @@ from apache_beam.pipeline import PipelineVisitor
 from apache_beam.runners.common import DoFnContext, DoFnInvoker, DoFnSignature, Receiver, _OutputHandler
 from apache_beam.runners.dask import dask_runner as beam_dask
 from apache_beam.runners.dask.overrides import dask_overrides
-from apache_beam.runners.dask.transform_evaluator import TRANSLATIONS, Flatten, NoOp, get_windowed_value
+from apache_beam.runners.dask.transform_evaluator import TRANSLATIONS, Flatten, GroupByKey, NoOp, get_windowed_value
 from apache_beam.transforms.core import DoFn, ParDo
 from apache_beam.transforms.sideinputs import SideInputMap
 
@@ -103,6 +104,17 @@ def _drain(partition) -> list:
     return []
 
 
+# Beam's GroupByKey shuffles into as many partitions as it reads, and
+# Flatten adds its inputs' partitions up: the shuffle's tasks grow as the
+# square of its partitions, for inputs here that are small (the global
+# combines of statistics and file lists).
+PARTITIONS_PER_GROUPING_PARTITION = 8
+
+
+def _fewer_partitions(bag):
+    return bag.repartition(npartitions=math.ceil(bag.npartitions / PARTITIONS_PER_GROUPING_PARTITION))
+
+
 class _BagsByPCollection(PipelineVisitor):
     def __init__(self, bag_kwargs: dict):
         self._bag_kwargs = bag_kwargs
@@ -122,6 +134,8 @@ class _BagsByPCollection(PipelineVisitor):
             return
         op = TRANSLATIONS.get(node.transform.__class__, NoOp)(node, bag_kwargs=self._bag_kwargs)
         bag_inputs = [self.bags[value] for value in inputs]
+        if isinstance(op, GroupByKey):
+            bag_inputs = [_fewer_partitions(bag_inputs[0])]
         bag = op.apply(bag_inputs if isinstance(op, Flatten) else (bag_inputs[0] if bag_inputs else None))
         for pcoll in node.outputs.values():
             self.bags[pcoll] = bag
