@@ -24,12 +24,15 @@ choose), and closes it when the job ends.
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import math
 import os
+import sys
 
 try:
-    import dask  # noqa: F401  (Beam's Dask modules below need it)
+    import dask
+    import dask.distributed as ddist
+    import dask.sizeof
 except ImportError:
     raise ImportError("--runner dask needs Dask: pip install 'litmus-score[dask]'") from None
 from apache_beam import pvalue
@@ -86,15 +89,41 @@ def run_bundle(items, fn, label, window_fn, args, kwargs, views, side_values):
         invoker.invoke_process(get_windowed_value(item, window_fn))
     invoker.invoke_finish_bundle()
     invoker.invoke_teardown()
-    return outputs.values
+    return _sized(outputs.values)
 
 
-def _with_tag(tag, pair) -> bool:
-    return pair[0] == tag
+class _Partition(list):
+    """A partition's elements and their size. Dask's scheduler places a task
+    by the bytes it would move, and cannot see the Arrow data inside our
+    elements: undersized, a partition is moved to an idle worker whole."""
+
+    nbytes = 0
 
 
-def _value(pair):
-    return pair[1]
+@dask.sizeof.sizeof.register(_Partition)
+def _partition_size(partition) -> int:
+    return partition.nbytes
+
+
+def _nbytes(value) -> int:
+    if hasattr(value, "nbytes"):  # Arrow tables and batches, numpy arrays
+        return int(value.nbytes)
+    if dataclasses.is_dataclass(value):
+        return sum(_nbytes(getattr(value, field.name)) for field in dataclasses.fields(value))
+    if isinstance(value, (tuple, list)):
+        return sum(map(_nbytes, value))
+    return sys.getsizeof(value)
+
+
+def _sized(values) -> _Partition:
+    partition = _Partition(values)
+    partition.nbytes = _nbytes(partition)
+    return partition
+
+
+def _with_tag(partition, tag) -> _Partition:
+    """One output's values, from a bundle's (tag, value) outputs."""
+    return _sized([value for output_tag, value in partition if output_tag == tag])
 
 
 def _drain(partition) -> list:
@@ -128,9 +157,9 @@ class _BagsByPCollection(PipelineVisitor):
         # By exact class, as Beam translates: its GroupByKey op already
         # yields what GroupAlsoByWindow (a ParDo subclass) would.
         if type(node.transform) is ParDo:
-            tagged = self._pardo(node, self.bags[node.main_inputs[next(iter(node.main_inputs))]])
+            tagged = self._pardo(node)
             for tag, pcoll in node.outputs.items():
-                self.bags[pcoll] = tagged.filter(functools.partial(_with_tag, tag)).map(_value)
+                self.bags[pcoll] = tagged.map_partitions(_with_tag, tag)
             return
         op = TRANSLATIONS.get(node.transform.__class__, NoOp)(node, bag_kwargs=self._bag_kwargs)
         bag_inputs = [self.bags[value] for value in inputs]
@@ -140,16 +169,15 @@ class _BagsByPCollection(PipelineVisitor):
         for pcoll in node.outputs.values():
             self.bags[pcoll] = bag
 
-    def _pardo(self, node, input_bag):
-        import dask
-
+    def _pardo(self, node):
+        """The ParDo's bag of (output tag, value)."""
         transform = node.transform
-        main_input = node.main_inputs[next(iter(node.main_inputs))]
+        (main_input,) = node.main_inputs.values()
         window_fn = main_input.windowing.windowfn
         views = [(type(side), side._view_options(), side._window_mapping_fn) for side in node.side_inputs]
         # Whole side inputs, computed before the task that reads them.
         side_values = dask.delayed(list)([dask.delayed(list)(self.bags[side.pvalue]) for side in node.side_inputs])
-        return input_bag.map_partitions(
+        return self.bags[main_input].map_partitions(
             run_bundle, transform.fn, transform.label, window_fn, transform.args, transform.kwargs,
             views, side_values,
         )
@@ -171,8 +199,6 @@ class DaskRunner(beam_dask.DaskRunner):
     """Runs a pipeline on Dask distributed (see the module's docstring)."""
 
     def run_pipeline(self, pipeline, options):
-        import dask
-        import dask.distributed as ddist
 
         dask_options = options.view_as(beam_dask.DaskOptions).get_all_options(drop_default=True, current_only=True)
         # Create's elements here are shard files, each a large unit of work:
