@@ -49,6 +49,7 @@ def sdist(tmp_path_factory):
     return Path(Stager._build_setup_package(str(REPO / "pyproject.toml"), str(out)))
 
 
+@pytest.mark.slow
 def test_the_sdist_carries_every_module_the_workers_import(sdist):
     import pipeline.cli  # noqa: F401  (the launcher's imports)
     import pipeline.graph  # noqa: F401  (the workers' imports: every DoFn, coder and rule)
@@ -66,6 +67,7 @@ def test_the_sdist_carries_every_module_the_workers_import(sdist):
     assert {"pyproject.toml", "README.md", "PKG-INFO"} <= members
 
 
+@pytest.mark.slow
 def test_a_worker_can_install_the_sdist(sdist, tmp_path):
     # A Dataflow worker pip-installs the staged sdist (its dependencies are in the SDK image already):
     # build its wheel the same way, in pip's isolated build environment.
@@ -129,6 +131,7 @@ def test_the_image_runs_the_entry_point_with_the_setup_file():
         assert f"COPY {copied}" in dockerfile
 
 
+@pytest.mark.slow
 def test_the_entry_point_scores_with_the_template_parameters(tmp_path):
     # What the launcher runs: python main.py --input=... --output=... plus runner options.
     b.write_shard(tmp_path / "x.parquet", [b.trajectory(f"t{i}", b.calls_of(("allow", b.commit()))) for i in range(3)])
