@@ -2,7 +2,8 @@
 
 Beam 2.77's `apache_beam.runners.dask.dask_runner.DaskRunner` is
 experimental (its GroupByKey is known to partition wrongly: apache/beam
-issue #29365), and these faults of its translation break this pipeline:
+issue #29365; the faults below had, when we looked, no issue of their
+own), and these faults of its translation break this pipeline:
 
 - bags are keyed by the producing transform, so each tagged output of a
   multi-output ParDo gets all of its outputs, mixed;
@@ -15,9 +16,11 @@ issue #29365), and these faults of its translation break this pipeline:
 This runner translates the same primitives with Beam's own ops for Create,
 GroupByKey and Flatten, but keys bags by PCollection, runs each ParDo
 partition as one bundle whose outputs carry their tag, passes side inputs
-as task dependencies, and computes every leaf. Without
-`--dask_client_address` it starts a LocalCluster on loopback with one
-single-threaded worker process per core (`--dask_local_workers N` to
+as task dependencies, and computes every leaf. For speed it also gives each
+created element (a shard file) its own partition, groups from fewer
+partitions, and tells Dask's scheduler how many bytes a partition holds.
+Without `--dask_client_address` it starts a LocalCluster on loopback with
+one single-threaded worker process per core (`--dask_local_workers N` to
 choose), and closes it when the job ends.
 `tests/test_dask.py` fails when Beam's own runner stops needing this.
 """
