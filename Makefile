@@ -26,8 +26,10 @@ test: $(BIN)/.installed
 	$(BIN)/python -m pytest
 
 # A fresh AIRFLOW_HOME, no examples; LITMUS_REQUIRE_AIRFLOW=1 turns a skip into a failure.
-test-airflow: $(AIRFLOW_VENV)/bin/.installed
+# The task's job runs on the project's own python (LITMUS_PYTHON), as on an Airflow worker.
+test-airflow: $(AIRFLOW_VENV)/bin/.installed $(BIN)/.installed
 	home=$$(mktemp -d) && AIRFLOW_HOME=$$home AIRFLOW__CORE__LOAD_EXAMPLES=False LITMUS_REQUIRE_AIRFLOW=1 \
+	  LITMUS_PYTHON=$(CURDIR)/$(BIN)/python \
 	  $(AIRFLOW_VENV)/bin/python -m pytest -p no:cacheprovider tests/test_airflow_dag.py; \
 	  status=$$?; rm -rf $$home; exit $$status
 

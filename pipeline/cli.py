@@ -1,4 +1,4 @@
-"""litmus-score command line: score, compare, generate, demo, policy check.
+"""litmus-score command line: score, nightly, compare, generate, demo, policy check.
 
 Exit codes: 0 done; 1 the pipeline failed; 2 bad invocation (one line on
 stderr); 3 done, and an agent's misuse rate regressed against the baseline
@@ -10,18 +10,16 @@ see manifest.json. 4 takes precedence over 3.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 from importlib import metadata
 from pathlib import Path
 
 from pipeline import text
+from scoring.layout import COMPARISON_FILE, MANIFEST_SCHEMA, REPORT_FILE
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE_INPUT = 0, 1, 2, 4
-SUCCESS_MARKER = "_SUCCESS"
-COMPARISON_FILE = "comparison.json"
-REPORT_FILE = "report.html"
+ERROR_CHARS = 1000
 DEMO_MARKER = ".litmus-demo"
 DEMO_OUTPUT = "litmus-demo"
 
@@ -38,6 +36,11 @@ def _printable(value) -> str:
     return "-" if value is None else text.display(value, text.TERMINAL_CHARS)
 
 
+def _error_line(error) -> str:
+    """An error's one line: paths in it are kept whole, control characters escaped."""
+    return text.display(error, ERROR_CHARS)
+
+
 def _rate(block) -> str:
     if block["rate"] is None:
         return "   n/a"
@@ -48,8 +51,15 @@ def _rate(block) -> str:
 def summary(metrics: dict, manifest: dict, output: str) -> str:
     """A short, readable account of a run."""
     mode = metrics["adjudication"]
-    lines = [f"litmus-score: {manifest['input_rows']} trajectories from {len(manifest['inputs'])} shard(s), "
-             f"adjudication={mode}", ""]
+    trajectories, inputs = metrics["totals"]["trajectories"], metrics["inputs"]
+    lines = [f"litmus-score: {trajectories['input']} trajectories from {len(manifest['inputs'])} shard(s), "
+             f"adjudication={mode}"]
+    if trajectories["duplicates_dropped"]:
+        lines.append(f"{trajectories['duplicates_dropped']} duplicate(s) dropped: identical copies of a "
+                     "(run_id, trajectory_id) counted once")
+    if inputs["rows_read"] < inputs["rows_declared"]:
+        lines.append(f"{inputs['rows_declared'] - inputs['rows_read']} row(s) that files declare could not be read")
+    lines.append("")
     lines.append(f"{'run':<22} {'agent':<16} {'misuse (95% CI)':<24} {'legacy proposal-time':<24} "
                  f"{'over':>5} {'under':>5}  unscored")
     for group in metrics["groups"] + [dict(metrics["totals"], run_id="TOTAL", agent="")]:
@@ -69,13 +79,6 @@ def summary(metrics: dict, manifest: dict, output: str) -> str:
     return "\n".join(lines)
 
 
-def _read_json(path: str) -> dict:
-    from apache_beam.io.filesystems import FileSystems
-
-    with FileSystems.open(path) as handle:
-        return json.loads(handle.read().decode("utf-8"))
-
-
 def _comparison_lines(comparison: dict) -> list:
     lines = ["", f"since the baseline ({len(comparison['agents'])} agent(s)):"]
     for agent in comparison["agents"]:
@@ -84,29 +87,31 @@ def _comparison_lines(comparison: dict) -> list:
     return lines
 
 
-def finish_run(output: str, metrics: dict, manifest: dict, comparison=None) -> None:
-    """Writes what a run adds after its pipeline: comparison.json (if any) and report.html."""
-    from apache_beam.io.filesystems import FileSystems
-
+def finish_run(output: str, metrics: dict, manifest: dict, comparison=None) -> dict:
+    """Completes a run: comparison.json (if any) and report.html, then the
+    manifest listing them and _SUCCESS (pipeline.publish). Returns the manifest."""
+    from pipeline.publish import publish
     from pipeline.report import render_report
-    from transforms.write import to_json, write_text
+    from transforms.write import to_json
 
+    documents = {REPORT_FILE: render_report(metrics, manifest, comparison)}
     if comparison is not None:
-        write_text(FileSystems.join(output, COMPARISON_FILE), to_json(comparison))
-    write_text(FileSystems.join(output, REPORT_FILE), render_report(metrics, manifest, comparison))
+        documents[COMPARISON_FILE] = to_json(comparison)
+    return publish(output, manifest, documents)
 
 
-def score(argv) -> int:
-    """Runs the scoring job; argv holds litmus-score's flags and Beam's."""
+def score(argv, night=None) -> int:
+    """Runs the scoring job; argv holds litmus-score's flags and Beam's.
+    `night` ({date, inputs}, from `nightly`) goes into the manifest and lets
+    the run replace that night's own earlier attempt."""
     import apache_beam as beam
-    from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipeline import graph
+    from pipeline import graph, publish
+    from pipeline.flags import check_flags
     from pipeline.options import (ScoreOptions, UsageError, load_baseline_metrics, validate, with_local_parallelism,
                                   with_our_runners)
     from transforms.read import NoMatchingShards
-    from transforms.write import MANIFEST_FILE, METRICS_FILE, write_text
 
     if any(arg in ("-h", "--help") for arg in argv):
         parser = argparse.ArgumentParser(
@@ -115,40 +120,48 @@ def score(argv) -> int:
         ScoreOptions._add_argparse_args(parser)
         parser.print_help()
         return EXIT_OK
-    options = PipelineOptions(with_local_parallelism(with_our_runners(argv)))
+    argv = with_our_runners(argv)
     try:
+        check_flags(argv)
+        options = PipelineOptions(with_local_parallelism(argv))
         config = validate(options)
     except UsageError as error:
         print(f"litmus-score: {error}", file=sys.stderr)
         return EXIT_USAGE
     header = {
-        "schema": "litmus-manifest/1",
+        "schema": MANIFEST_SCHEMA,
         "package": {"name": "litmus-score", "version": _package_version(), "apache_beam": beam.__version__},
         "options": config.as_dict(),
         "policy_sha256": config.policy.sha256 if config.policy is not None else None,
     }
+    if night is not None:
+        header["night"] = night
     pipeline = beam.Pipeline(options=options)
     try:
-        # Globs are matched here, once, before any work is launched.
+        # Globs are matched here, once, before any work is launched or the output is touched.
         graph.build(pipeline, config, header, config.policy)
-    except NoMatchingShards as error:
-        print(f"litmus-score: {error}", file=sys.stderr)
+        lock = publish.claim(config.output, config.replace, night)
+    except (NoMatchingShards, publish.PublishError) as error:
+        print(f"litmus-score: {_error_line(error)}", file=sys.stderr)
         return EXIT_USAGE
-    result = pipeline.run()
-    state = result.wait_until_finish()
-    if state != beam.runners.runner.PipelineState.DONE:
-        print(f"litmus-score: the pipeline ended in state {state}", file=sys.stderr)
-        return EXIT_FAILED
-    metrics = _read_json(FileSystems.join(config.output, METRICS_FILE))
-    manifest = _read_json(FileSystems.join(config.output, MANIFEST_FILE))
-    comparison = None
-    if config.baseline:
-        from scoring.compare import compare_metrics
+    try:
+        state = pipeline.run().wait_until_finish()
+        if state != beam.runners.runner.PipelineState.DONE:
+            print(f"litmus-score: the pipeline ended in state {state}", file=sys.stderr)
+            return EXIT_FAILED
+        metrics, manifest = publish.read_run(config.output, complete=False)
+        comparison = None
+        if config.baseline:
+            from scoring.compare import compare_metrics
 
-        baseline = load_baseline_metrics(config.baseline, config.adjudication)
-        comparison = compare_metrics(metrics, baseline, config.thresholds)
-    finish_run(config.output, metrics, manifest, comparison)
-    write_text(FileSystems.join(config.output, SUCCESS_MARKER), "")
+            baseline = load_baseline_metrics(config.baseline, config.adjudication)
+            comparison = compare_metrics(metrics, baseline, config.thresholds)
+        manifest = finish_run(config.output, metrics, manifest, comparison)
+    except (UsageError, publish.PublishError) as error:  # the baseline or the run's own files changed under it
+        print(f"litmus-score: {_error_line(error)}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        lock.release()
     print(summary(metrics, manifest, config.output))
     if comparison is not None:
         print("\n".join(_comparison_lines(comparison)))
@@ -158,21 +171,49 @@ def score(argv) -> int:
     return comparison["exit_code"] if comparison is not None else EXIT_OK
 
 
+def nightly(argv) -> int:
+    """Scores one night into OUTPUT_ROOT/date=DATE/ against the latest earlier complete night."""
+    from pipeline.nightly import plan
+    from pipeline.options import UsageError
+
+    try:
+        planned = plan(argv)
+    except UsageError as error:
+        print(f"litmus-score: {_error_line(error)}", file=sys.stderr)
+        return EXIT_USAGE
+    if planned is None:  # --help
+        return EXIT_OK
+    score_argv, night, baseline = planned
+    print(f"litmus-score nightly {night['date']}: baseline "
+          + (_printable(baseline) if baseline else "none (no earlier complete night in this mode)"))
+    return score(score_argv, night)
+
+
 def compare(args) -> int:
     """Compares a finished run with a baseline run; writes comparison.json and the report."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from pipeline.publish import Lock, read_run
     from scoring.compare import compare_metrics, load_thresholds
 
     try:
         thresholds = load_thresholds(args.thresholds) if args.thresholds else None
-        new, old = (_read_json(str(Path(folder) / "metrics.json")) for folder in (args.new, args.old))
-        manifest = _read_json(str(Path(args.new) / "manifest.json"))
-        comparison = compare_metrics(new, old, thresholds)
-    except (OSError, ValueError) as error:  # ThresholdsError and mismatched documents are ValueErrors
-        print(f"litmus-score: {_printable(error)}", file=sys.stderr)
+        read_run(args.new)  # a clear refusal before the lock is taken
+        lock = Lock.acquire(args.new)
+    except (OSError, ValueError) as error:  # ThresholdsError and PublishError are ValueErrors
+        print(f"litmus-score: {_error_line(error)}", file=sys.stderr)
         return EXIT_USAGE
-    finish_run(args.new, new, manifest, comparison)
+    try:
+        (new, manifest), (old, _) = read_run(args.new), read_run(args.old)
+        comparison = compare_metrics(new, old, thresholds)
+        finish_run(args.new, new, manifest, comparison)
+    except (OSError, ValueError) as error:  # mismatched documents are ValueErrors
+        print(f"litmus-score: {_error_line(error)}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        lock.release()
     print("\n".join(_comparison_lines(comparison)[1:]))
-    print(f"wrote {Path(args.new) / COMPARISON_FILE} and {Path(args.new) / REPORT_FILE}")
+    print(f"wrote {FileSystems.join(args.new, COMPARISON_FILE)} and {FileSystems.join(args.new, REPORT_FILE)}")
     return comparison["exit_code"]
 
 
@@ -252,8 +293,13 @@ def main(argv=None) -> int:
     pol_commands = pol.add_subparsers(dest="policy_command", required=True)
     pol_commands.add_parser("check", help="validate a policy file and print its hash").add_argument("file")
 
+    commands.add_parser("nightly", help="score one night under a root, against the last complete night "
+                                          "(flags: litmus-score nightly --help)", add_help=False)
+
     if argv[:1] == ["score"]:
         return score(argv[1:])
+    if argv[:1] == ["nightly"]:
+        return nightly(argv[1:])
     args, beam_args = parser.parse_known_args(argv)
     if args.command == "demo":
         args.beam_args = beam_args

@@ -1,8 +1,9 @@
 """The scoring graph: shards in, adjudicated calls, UNSCORED records and metrics out.
 
-    Read shards -> Check completeness -> Resolve contexts -> Classify -> Compute metrics
-                        |                     |                 |
-                        +------ unscored -----+---> Write outputs <-- scored, metrics, manifest
+    Read shards -> Set aside duplicates -> Check completeness -> Resolve contexts -> Classify -> Compute metrics
+         |  \\____ Find duplicates ___/          |                    |                 |
+         |                 +------ unscored -----+--------------------+---> Write outputs <-- scored, metrics, manifest
+         +---- shard reports (the input accounting) ----------------------------^
 """
 
 from __future__ import annotations
@@ -11,9 +12,13 @@ import apache_beam as beam
 import pyarrow as pa
 
 from scoring import contract as c
+from scoring import layout
+from scoring import metrics as m
+from scoring.trajectory import DEFAULT_BOUNDS, Bounds
 from transforms import coders  # noqa: F401  (registers the Arrow element coders)
 from transforms.classify import STATS, Classify, unscored_statistics
 from transforms.completeness import CheckCompleteness
+from transforms.duplicates import FindDuplicates, SetAsideDuplicates
 from transforms.metrics import ComputeMetrics
 from transforms.read import DEFAULT_BATCH_ROWS, SHARD_REPORTS, ReadShards
 from transforms.records import FAILED, UNSCORED, failed_batch_to_unscored
@@ -27,20 +32,34 @@ class ScoreTrajectories(beam.PTransform):
     `scored` holds pa.Tables, `unscored` is a dict of PCollections of
     pa.Tables by where they were set aside (schemas in transforms.schema);
     `metrics` holds the single metrics.json document. `policy` (a
-    scoring.policy.PolicyDocument) decides where no verdict was recorded.
+    scoring.policy.PolicyDocument) decides where no verdict was recorded;
+    `bounds` says when a trajectory is too_large, `max_slice_keys` how many
+    names a slice of metrics.json keeps.
     """
 
-    def __init__(self, inputs, mode: str = c.COMMIT, batch_rows: int = DEFAULT_BATCH_ROWS, policy=None):
+    def __init__(self, inputs, mode: str = c.COMMIT, batch_rows: int = DEFAULT_BATCH_ROWS, policy=None,
+                 bounds: Bounds = DEFAULT_BOUNDS, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS):
         super().__init__()
-        self._read = ReadShards(inputs, batch_rows)
+        self._read = ReadShards(inputs, batch_rows, bounds.max_text_bytes)
         self._mode = c.check_mode(mode)
         self._policy = policy
+        self._bounds = bounds
+        if max_slice_keys < 1:
+            raise ValueError(f"Invalid max_slice_keys: must be positive, got {max_slice_keys}")
+        self._max_slice_keys = max_slice_keys
 
     def expand(self, pbegin):
         read = pbegin | "Read shards" >> self._read
+        decisions = (
+            pbegin
+            | "Shards to index" >> beam.Create(self._read.shards, reshuffle=False)
+            | "Spread shards to index" >> beam.Reshuffle()
+            | "Find duplicates" >> FindDuplicates(self._bounds.max_text_bytes)
+        )
+        distinct = read.batches | "Duplicates" >> SetAsideDuplicates(decisions)
         # The expected failures leave through the `unscored` tags; the
         # exception handling is only the safety net for bugs.
-        checked = read.batches | "Completeness" >> CheckCompleteness()
+        checked = distinct.batches | "Completeness" >> CheckCompleteness(self._bounds)
         resolved = checked.complete | "Context resolution" >> ResolveContexts(self._mode, self._policy)
         classified = resolved.resolved | "Classification" >> Classify(self._mode)
         failed = (
@@ -50,21 +69,28 @@ class ScoreTrajectories(beam.PTransform):
         )
         # Kept apart, not flattened: a runner may materialize a Flatten, and
         # the UNSCORED records carry whole input rows.
-        unscored = {"incomplete": checked[UNSCORED], "unresolved": resolved[UNSCORED], "failed": failed}
-        statistics = [classified[STATS]] + [
+        unscored = {layout.DUPLICATE: distinct[UNSCORED], layout.INCOMPLETE: checked[UNSCORED],
+                    layout.UNRESOLVED: resolved[UNSCORED], layout.FAILED: failed}
+        reports = read[SHARD_REPORTS]
+        statistics = [
+            classified[STATS],
+            distinct[STATS],
+            reports | "Count inputs" >> beam.Map(m.input_statistics),
+        ] + [
             records | f"Count {name} unscored" >> beam.Map(unscored_statistics) for name, records in unscored.items()
         ] | "Gather statistics" >> beam.Flatten()
         policy_sha256 = self._policy.sha256 if self._policy is not None else None
         return {
             "scored": classified.scored,
             "unscored": unscored,
-            "metrics": statistics | "Metrics" >> ComputeMetrics(self._mode, policy_sha256),
-            "shard_reports": read[SHARD_REPORTS],
+            "metrics": statistics | "Metrics" >> ComputeMetrics(self._mode, policy_sha256, self._max_slice_keys),
+            "shard_reports": reports,
         }
 
 
 def build(pipeline: beam.Pipeline, config, manifest_header: dict, policy=None) -> None:
     """Adds the whole job (score, then write everything) to `pipeline`."""
-    score = ScoreTrajectories(config.inputs, config.adjudication, config.batch_rows, policy)
+    score = ScoreTrajectories(config.inputs, config.adjudication, config.batch_rows, policy,
+                              config.bounds, config.max_slice_keys)
     outputs = pipeline | "Score trajectories" >> score
     outputs | "Write outputs" >> WriteOutputs(config.output, manifest_header)

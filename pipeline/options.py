@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from apache_beam.io.filesystem import BeamIOError
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from pipeline.publish import PublishError, read_run
 from scoring import contract as c
+from scoring.layout import OTHER
+from scoring.metrics import DEFAULT_MAX_SLICE_KEYS
+from scoring.trajectory import DEFAULT_BOUNDS, MAX_JSON_DEPTH_LIMIT, Bounds
 from transforms.read import DEFAULT_BATCH_ROWS
 
 if TYPE_CHECKING:
@@ -63,7 +64,12 @@ class ScoreOptions(PipelineOptions):
             "--input", dest="inputs", action="append", default=None,
             help="Parquet shard path or glob (local, gs://, ...); repeat for several.",
         )
-        parser.add_argument("--output", help="Folder for this run's outputs; must be new or empty.")
+        parser.add_argument("--output", help="Folder for this run's outputs: new or empty (or see --replace).")
+        parser.add_argument(
+            "--replace", action="store_true",
+            help="Replace an earlier attempt (complete or not) in --output, and break its lock if its process "
+                 "is dead on this host.",
+        )
         parser.add_argument(
             "--adjudication", default=c.COMMIT,
             help=f"Adjudication mode: {', '.join(c.MODES)} (default {c.COMMIT}).",
@@ -85,6 +91,17 @@ class ScoreOptions(PipelineOptions):
             "--thresholds", default=None,
             help="Regression thresholds YAML for --baseline (default: configs/thresholds.yaml's values).",
         )
+        # Bounds: beyond any of them a trajectory is unscored too_large.
+        parser.add_argument("--max_calls_per_trajectory", type=int, default=DEFAULT_BOUNDS.max_calls_per_trajectory,
+                            help=f"Calls per trajectory, at most (default {DEFAULT_BOUNDS.max_calls_per_trajectory:,}).")
+        parser.add_argument("--max_text_bytes", type=int, default=DEFAULT_BOUNDS.max_text_bytes,
+                            help=f"UTF-8 bytes in any one string, at most (default {DEFAULT_BOUNDS.max_text_bytes:,}).")
+        parser.add_argument("--max_json_depth", type=int, default=DEFAULT_BOUNDS.max_json_depth,
+                            help=f"Nesting of arguments and resolved arguments, at most (default "
+                                 f"{DEFAULT_BOUNDS.max_json_depth}, limit {MAX_JSON_DEPTH_LIMIT}).")
+        parser.add_argument("--max_slice_keys", type=int, default=DEFAULT_MAX_SLICE_KEYS,
+                            help=f"Names per slice of metrics.json (tools, task categories, tasks), at most; "
+                                 f"the rest are summed under {OTHER} (default {DEFAULT_MAX_SLICE_KEYS}).")
 
 
 @dataclass(frozen=True)
@@ -97,6 +114,9 @@ class ScoreConfig:
     policy: Optional[PolicyDocument] = None
     baseline: Optional[str] = None
     thresholds: Optional[Thresholds] = None  # None: scoring.compare.DEFAULT_THRESHOLDS
+    bounds: Bounds = DEFAULT_BOUNDS
+    max_slice_keys: int = DEFAULT_MAX_SLICE_KEYS
+    replace: bool = False
 
     def as_dict(self) -> dict:
         return {
@@ -106,27 +126,23 @@ class ScoreConfig:
             "batch_rows": self.batch_rows,
             "policy": self.policy_file,
             "baseline": self.baseline,
+            "max_calls_per_trajectory": self.bounds.max_calls_per_trajectory,
+            "max_text_bytes": self.bounds.max_text_bytes,
+            "max_json_depth": self.bounds.max_json_depth,
+            "max_slice_keys": self.max_slice_keys,
         }
 
 
 def load_baseline_metrics(folder: str, mode: str) -> dict:
-    """An earlier run's metrics.json, checked to be comparable; UsageError if not."""
-    path = FileSystems.join(folder.rstrip("/"), "metrics.json")
+    """A complete earlier run's metrics.json, checked to be comparable; UsageError if not."""
     try:
-        with FileSystems.open(path) as handle:
-            metrics = json.loads(handle.read().decode("utf-8"))
-    except (OSError, BeamIOError, ValueError) as error:
-        raise UsageError(f"baseline {folder!r} has no readable metrics.json ({type(error).__name__})") from None
+        metrics, _ = read_run(folder)
+    except PublishError as error:
+        raise UsageError(f"baseline: {error}") from None
     if not isinstance(metrics, dict) or metrics.get("adjudication") != mode:
         found = metrics.get("adjudication") if isinstance(metrics, dict) else None
         raise UsageError(f"baseline {folder!r} was scored with adjudication {found!r}, this run with {mode!r}")
     return metrics
-
-
-def _holds_results(folder: str) -> bool:
-    if not FileSystems.exists(folder):
-        return False
-    return bool(FileSystems.match([FileSystems.join(folder, "*")])[0].metadata_list)
 
 
 def validate(options: PipelineOptions) -> ScoreConfig:
@@ -142,9 +158,13 @@ def validate(options: PipelineOptions) -> ScoreConfig:
         raise UsageError(str(error)) from None
     if score.batch_rows < 1:
         raise UsageError(f"--batch_rows must be positive, got {score.batch_rows}")
+    if score.max_slice_keys < 1:
+        raise UsageError(f"--max_slice_keys must be positive, got {score.max_slice_keys}")
+    try:
+        bounds = Bounds(score.max_calls_per_trajectory, score.max_text_bytes, score.max_json_depth)
+    except ValueError as error:
+        raise UsageError(f"--{error}") from None
     output = score.output.rstrip("/") or "/"
-    if _holds_results(output):
-        raise UsageError(f"output folder {output!r} is not empty (it may hold another run's results); choose a new one")
     # pydantic and PyYAML load only when a policy or thresholds file is given.
     policy = thresholds = None
     try:
@@ -163,4 +183,4 @@ def validate(options: PipelineOptions) -> ScoreConfig:
     if score.baseline:
         load_baseline_metrics(score.baseline, mode)
     return ScoreConfig(tuple(score.inputs), output, mode, score.batch_rows, score.policy, policy,
-                       score.baseline, thresholds)
+                       score.baseline, thresholds, bounds, score.max_slice_keys, score.replace)

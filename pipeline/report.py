@@ -470,7 +470,7 @@ Shaded cells changed verdict between proposal and commit: there a proposal-time 
 <table>
 <tr><th>file</th><th class="n">rows</th><th class="n">read</th><th class="n">row groups</th><th>issues</th></tr>
 {% for f in inputs.files %}
-<tr><td class="mono">{{ f.get("file")|name(limits.text) }}</td><td class="n">{{ f.get("rows")|num }}</td><td class="n">{{ f.get("rows_read")|num }}</td><td class="n">{{ f.get("row_groups")|num }}</td>
+<tr><td class="mono">{{ f.get("file")|name(limits.text) }}</td><td class="n">{{ f.get("rows_declared")|num }}</td><td class="n">{{ f.get("rows_read")|num }}</td><td class="n">{{ f.get("row_groups")|num }}</td>
 <td>{% if f.get("error") %}<span class="warn">unreadable: {{ f.error|display(limits.text) }}</span>{% endif %}{% for issue in (f.get("issues") or [])[:10] %}<div>{{ issue|display(limits.text) }}</div>{% endfor %}</td></tr>
 {% endfor %}
 </table>

@@ -57,13 +57,12 @@ from pydantic_core import PydanticCustomError
 
 from scoring import configfile
 from scoring import contract as c
+from scoring.layout import COMPARISON_SCHEMA, NO_TASK, OTHER
 from scoring.stats import Z95, wilson_interval
 
-COMPARISON_SCHEMA = "litmus-comparison/1"
 THRESHOLDS_SCHEMA = "litmus-thresholds/1"
 MAX_THRESHOLDS_BYTES = 64 * 1024
 EXIT_REGRESSION = 3
-NO_TASK = "(none)"
 
 REGRESSION = "regression"
 OK = "ok"
@@ -196,7 +195,7 @@ def _pool(document: Any, label: str) -> dict:
             pooled.tasks = None
         elif pooled.tasks is not None:
             for task_id, counts in slices.items():
-                if task_id == NO_TASK:
+                if task_id in (NO_TASK, OTHER):  # not one task: not a pair
                     continue
                 field = f"{where}.slices.task[{task_id!r}]"
                 if not isinstance(counts, Mapping):

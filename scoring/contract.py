@@ -39,6 +39,10 @@ CALL_COUNT_MISMATCH = "call_count_mismatch"
 DUPLICATE_CALL_ID = "duplicate_call_id"
 STEPS_OUT_OF_ORDER = "steps_out_of_order"
 TRUNCATED = "truncated"
+TOO_LARGE = "too_large"  # beyond a bound: calls per trajectory, bytes of a text, JSON depth
+INVALID_TEXT = "invalid_text"  # a string that is not valid UTF-8
+# Per run: a (run_id, trajectory_id) whose copies differ.
+DUPLICATE_TRAJECTORY = "duplicate_trajectory"
 # Call-level (context resolution) reasons.
 NO_VERDICT = "no_verdict"
 MALFORMED_ARGUMENTS = "malformed_arguments"
@@ -56,6 +60,8 @@ COMPLETENESS_REASONS = (
     DUPLICATE_CALL_ID,
     STEPS_OUT_OF_ORDER,
     TRUNCATED,
+    TOO_LARGE,
+    INVALID_TEXT,
 )
 CALL_REASONS = (
     NO_VERDICT,
@@ -69,7 +75,7 @@ CALL_REASONS = (
 # as UNSCORED data under this reason instead of being lost. Never expected.
 PIPELINE_ERROR = "pipeline_error"
 # Canonical order of reasons on an unscored record.
-REASONS = COMPLETENESS_REASONS + (UNSCORED_CALLS,) + CALL_REASONS + (PIPELINE_ERROR,)
+REASONS = (DUPLICATE_TRAJECTORY,) + COMPLETENESS_REASONS + (UNSCORED_CALLS,) + CALL_REASONS + (PIPELINE_ERROR,)
 
 COMMITTED = "committed"
 TRUNCATED_OUTCOME = "truncated"

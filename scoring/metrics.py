@@ -10,17 +10,27 @@ time (`add_trajectory`, the reference) or from Arrow batches
     tools            tool -> calls, misuse, the cluster sums, by_category
     task_categories  task_category -> trajectories, misuse, legacy_misuse
     tasks            task_id -> the same
+
+A run's statistics map each (run_id, agent) to its group's, and INPUTS to
+the input accounting (files, unreadable_files, rows_declared, rows_read).
+A slice holds at most `max_slice_keys` names: the rest are summed under
+OTHER. Which names stay is a bottom-k sample by a fixed hash of the name,
+so folding can happen in any order, on any worker, as often as memory asks,
+and the result is the same.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Dict, Mapping, Optional, Tuple
 
 from scoring import contract as c
+from scoring.layout import NO_TASK, OTHER
 from scoring.stats import clustered_rate_interval, wilson_interval
 
 COUNTERS = (
     "trajectories_input",
+    "duplicates_dropped",
     "trajectories_scored",
     "calls_input",
     "calls_scored",
@@ -33,7 +43,7 @@ COUNTERS = (
     "policy_disagreements",
 )
 
-_SPEC_REASONS = c.COMPLETENESS_REASONS + (c.UNSCORED_CALLS,) + c.CALL_REASONS
+_SPEC_REASONS = (c.DUPLICATE_TRAJECTORY,) + c.COMPLETENESS_REASONS + (c.UNSCORED_CALLS,) + c.CALL_REASONS
 _DIVERGENCE = (c.VERDICT_DIVERGED, c.ARGUMENTS_DIVERGED, c.PRINCIPAL_DIVERGED)
 # The spec's reasons that can occur in each mode: written even when zero.
 # Any other reason (pipeline_error) appears only when it happened.
@@ -42,10 +52,13 @@ MODE_REASONS = {
     c.STRICT: _SPEC_REASONS,
     c.PROPOSAL: tuple(r for r in _SPEC_REASONS if r not in _DIVERGENCE + (c.NO_COMMIT_CONTEXT,)),
 }
-# Key of a trajectory whose task_id or task_category is null.
-NO_TASK = "(none)"
 
 GroupKey = Tuple[Optional[str], Optional[str]]  # (run_id, agent)
+# The key of the input accounting in a run's statistics (group keys are tuples).
+INPUTS = "inputs"
+INPUT_COUNTERS = ("files", "unreadable_files", "rows_declared", "rows_read")
+DEFAULT_MAX_SLICE_KEYS = 1000
+SLICES = ("tools", "task_categories", "tasks")
 
 
 def new_group() -> dict:
@@ -70,6 +83,41 @@ def merge(into: dict, other: dict) -> dict:
         else:
             into[key] = into.get(key, 0) + value
     return into
+
+
+def input_statistics(report: Mapping) -> dict:
+    """A run's statistics for one input file's report (transforms.read)."""
+    return {INPUTS: {"files": 1, "unreadable_files": int(bool(report["error"])),
+                     "rows_declared": report["rows_declared"] or 0, "rows_read": report["rows_read"]}}
+
+
+def _sample_rank(name: str):
+    return hashlib.blake2b(name.encode("utf-8", "replace"), digest_size=8).digest(), name
+
+
+def fold_slices(stats: dict, max_keys: int, slack: int = 1) -> dict:
+    """Sums every slice's names beyond the `max_keys` of smallest rank under
+    OTHER, once a slice holds more than `slack` times `max_keys` names."""
+    for field in SLICES:
+        names = stats.get(field)
+        if not names or len(names) - (OTHER in names) <= max_keys * slack:
+            continue
+        ranked = sorted((name for name in names if name != OTHER), key=_sample_rank)
+        other = names.setdefault(OTHER, {})
+        for name in ranked[max_keys:]:
+            merge(other, names.pop(name))
+    return stats
+
+
+def add_statistics(run: dict, statistics: Mapping, max_slice_keys: int = DEFAULT_MAX_SLICE_KEYS) -> dict:
+    """Adds a run's statistics (group keys and INPUTS) into `run`, keeping
+    each slice below twice `max_slice_keys` names."""
+    for key, stats in statistics.items():
+        if key == INPUTS:
+            merge(run.setdefault(INPUTS, {}), stats)
+        else:
+            fold_slices(merge(run.setdefault(key, new_group()), stats), max_slice_keys, slack=2)
+    return run
 
 
 def gap_key(proposal_verdict, commit_verdict, state_mutated) -> str:
@@ -167,6 +215,7 @@ def group_document(stats: Mapping, mode: str, with_tasks: bool = True) -> dict:
             "input": counts["trajectories_input"],
             "scored": scored,
             "unscored": counts["trajectories_input"] - scored,
+            "duplicates_dropped": counts["duplicates_dropped"],
             "unscored_by_reason": {
                 r: reasons.get(r, 0) for r in c.REASONS if r in MODE_REASONS[mode] or reasons.get(r)
             },
@@ -205,19 +254,24 @@ def _sort_key(key: GroupKey):
     return tuple((value is not None, value or "") for value in key)
 
 
-def metrics_document(groups: Mapping[GroupKey, dict], mode: str, policy_sha256: Optional[str] = None) -> Dict:
-    """The whole metrics.json document for per-group statistics."""
+def metrics_document(run: Mapping, mode: str, policy_sha256: Optional[str] = None,
+                     max_slice_keys: int = DEFAULT_MAX_SLICE_KEYS) -> Dict:
+    """The whole metrics.json document for a run's statistics."""
     totals = new_group()
     documents = []
+    groups = [key for key in run if key != INPUTS]
     for key in sorted(groups, key=_sort_key):
+        stats = fold_slices(run[key], max_slice_keys)
         # The totals have no per-task slice: skip merging thousands of tasks.
-        merge(totals, {field: value for field, value in groups[key].items() if field != "tasks"})
+        merge(totals, {field: value for field, value in stats.items() if field != "tasks"})
         run_id, agent = key
-        documents.append({"run_id": run_id, "agent": agent, **group_document(groups[key], mode)})
+        documents.append({"run_id": run_id, "agent": agent, **group_document(stats, mode)})
+    inputs = run.get(INPUTS, {})
     return {
         "schema": c.METRICS_SCHEMA,
         "adjudication": mode,
         "policy_sha256": policy_sha256,
+        "inputs": {name: inputs.get(name, 0) for name in INPUT_COUNTERS},
         "groups": documents,
-        "totals": group_document(totals, mode, with_tasks=False),
+        "totals": group_document(fold_slices(totals, max_slice_keys), mode, with_tasks=False),
     }

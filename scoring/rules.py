@@ -8,6 +8,7 @@ tests/test_agreement.py proves they do on random trajectories.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -99,6 +100,27 @@ def parse_json_object(text: Any) -> Optional[dict]:
     except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
+
+
+# A JSON string literal, or the unterminated rest of one.
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.DOTALL)
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def json_depth(text: str) -> int:
+    """How deep `[` and `{` nest outside string literals (0 for a scalar).
+
+    Defined for any text, JSON or not, without parsing it: a text nested
+    deeper than a bound is too_large before anything recurses into it.
+    """
+    depth = deepest = 0
+    for bracket in _BRACKETS.findall(_JSON_STRING.sub("", text)):
+        if bracket in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth = max(0, depth - 1)
+    return deepest
 
 
 def canonical_json(value: Any):

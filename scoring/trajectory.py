@@ -7,7 +7,7 @@ Like rules.py it is the reference: the vectorized transforms agree with it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from scoring import contract as c
 from scoring.rules import (
@@ -17,13 +17,45 @@ from scoring.rules import (
     CommitContext,
     Policy,
     ToolCall,
+    json_depth,
     score_tool_call,
 )
 
 REQUIRED_COLUMNS = ("schema_version", "run_id", "trajectory_id", "agent", "episode_outcome", "call_count", "calls")
+OPTIONAL_COLUMNS = ("task_id", "task_category", "verbal_stance")
+CONTRACT_COLUMNS = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
 REQUIRED_CALL_FIELDS = ("call_id", "step", "tool", "arguments", "proposal")
 REQUIRED_CONTEXT_FIELDS = ("resolved_arguments", "principal")
 REQUIRED_COMMIT_FIELDS = REQUIRED_CONTEXT_FIELDS + ("outcome",)
+# The texts that hold JSON, by their dotted path inside a call.
+JSON_FIELDS = ("arguments", "proposal.resolved_arguments", "commit.resolved_arguments")
+# Python's recursion limit (about 1,000 frames) must stay out of reach of the
+# JSON comparisons, which recurse a frame or two per level.
+MAX_JSON_DEPTH_LIMIT = 256
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """How large one trajectory may be; beyond any bound it is too_large.
+
+    `max_calls_per_trajectory` calls, `max_text_bytes` UTF-8 bytes in any one
+    string, `max_json_depth` nesting of a JSON text (arguments and resolved
+    arguments; see scoring.rules.json_depth).
+    """
+
+    max_calls_per_trajectory: int = 10_000
+    max_text_bytes: int = 1024 * 1024
+    max_json_depth: int = 64
+
+    def __post_init__(self):
+        for name, value in vars(self).items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.max_json_depth > MAX_JSON_DEPTH_LIMIT:
+            raise ValueError(f"max_json_depth must be at most {MAX_JSON_DEPTH_LIMIT}, got {self.max_json_depth}")
+
+
+DEFAULT_BOUNDS = Bounds()
 
 
 @dataclass
@@ -64,9 +96,59 @@ def _missing_fields(row: Mapping) -> list:
     return missing
 
 
-def check_completeness(row: Mapping) -> tuple:
-    """(reasons, detail) of the completeness rules; no reasons means complete."""
+def _texts(value: Any, path: str):
+    """(dotted path, value) of every string or bytes inside a row's values."""
+    if isinstance(value, (str, bytes)):
+        yield path, value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _texts(item, f"{path}.{key}" if path else key)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _texts(item, f"{path}[]")
+
+
+def decoded(value: Any):
+    """`value` with every bytes (text that is not UTF-8) decoded, invalid sequences as U+FFFD."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, Mapping):
+        return {key: decoded(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [decoded(item) for item in value]
+    return value
+
+
+def _too_large(row: Mapping, texts: list, bounds: Bounds) -> list:
+    """What in the row exceeds a bound."""
+    found = []
+    calls = row.get("calls") or ()
+    if len(calls) > bounds.max_calls_per_trajectory:
+        found.append(f"{len(calls)} calls")
+    found += sorted({path for path, text in texts
+                     if len(text if isinstance(text, bytes) else text.encode("utf-8")) > bounds.max_text_bytes})
+    deep = set()
+    for call in calls:
+        for path in JSON_FIELDS:
+            text = call
+            for key in path.split("."):
+                text = text.get(key) if isinstance(text, Mapping) else None
+            if isinstance(text, str) and json_depth(text) > bounds.max_json_depth:
+                deep.add(f"calls[].{path}")
+    return found + [f"{path} nested too deep" for path in sorted(deep)]
+
+
+def check_completeness(row: Mapping, bounds: Bounds = DEFAULT_BOUNDS) -> tuple:
+    """(reasons, detail) of the completeness rules; no reasons means complete.
+
+    A text that is not valid UTF-8 arrives as bytes: it is invalid_text, and
+    the other rules see it decoded with U+FFFD for the invalid sequences.
+    """
     reasons, details = [], []
+    texts = list(_texts({name: row.get(name) for name in CONTRACT_COLUMNS}, ""))
+    invalid = sorted({path for path, text in texts if isinstance(text, bytes)})
+    row = decoded(row)
+    large = _too_large(row, texts, bounds)
     version = row.get("schema_version")
     if version is not None and version != c.SCHEMA_VERSION:
         reasons.append(c.SCHEMA_VERSION_UNSUPPORTED)
@@ -91,6 +173,12 @@ def check_completeness(row: Mapping) -> tuple:
     if row.get("episode_outcome") == c.TRUNCATED_OUTCOME:
         reasons.append(c.TRUNCATED)
         details.append("episode_outcome truncated")
+    if large:
+        reasons.append(c.TOO_LARGE)
+        details.append("too large: " + ", ".join(large))
+    if invalid:
+        reasons.append(c.INVALID_TEXT)
+        details.append("not UTF-8: " + ", ".join(invalid))
     return reasons, "; ".join(details)
 
 
@@ -114,9 +202,10 @@ def tool_call(call: Mapping) -> ToolCall:
     )
 
 
-def score_trajectory(row: Mapping, mode: str = c.COMMIT, policy: Optional[Policy] = None) -> TrajectoryScore:
+def score_trajectory(row: Mapping, mode: str = c.COMMIT, policy: Optional[Policy] = None,
+                     bounds: Bounds = DEFAULT_BOUNDS) -> TrajectoryScore:
     """Completeness first; a complete trajectory is scored only if every call is."""
-    reasons, detail = check_completeness(row)
+    reasons, detail = check_completeness(row, bounds)
     if reasons:
         return TrajectoryScore(c.order_reasons(reasons), detail)
     scores, call_reasons, details = [], [], []
@@ -131,4 +220,47 @@ def score_trajectory(row: Mapping, mode: str = c.COMMIT, policy: Optional[Policy
     return TrajectoryScore(calls=scores)
 
 
-__all__ = ["CallScore", "TrajectoryScore", "check_completeness", "score_trajectory", "tool_call"]
+
+
+KEEP, DROP, CONFLICT = "keep", "drop", "conflict"
+
+
+def trajectory_key(row: Mapping):
+    """(run_id, trajectory_id), the identity of a trajectory in a run; None if either is null."""
+    key = (row.get("run_id"), row.get("trajectory_id"))
+    return None if None in key else key
+
+
+def contract_content(row: Mapping) -> dict:
+    """What two copies of a trajectory must share to be the same: every contract column."""
+    return {name: row.get(name) for name in CONTRACT_COLUMNS}
+
+
+def resolve_duplicates(copies) -> dict:
+    """The duplicates rule of scoring-v1 for one run's rows.
+
+    `copies` are (origin, key, content) triples: origin an orderable (file,
+    row number), key the trajectory_key and content what must be equal
+    (contract_content, or a fingerprint of it). Returns origin -> KEEP, DROP
+    or CONFLICT for every row whose key occurs more than once: copies equal
+    in content count once (the first origin is kept, the others dropped);
+    copies that differ are all in conflict. Rows whose key is unique, or
+    None, are not in the result.
+    """
+    by_key = {}
+    for origin, key, content in copies:
+        if key is not None:
+            by_key.setdefault(key, []).append((origin, content))
+    decisions = {}
+    for group in by_key.values():
+        if len(group) < 2:
+            continue
+        group.sort(key=lambda copy: copy[0])
+        identical = all(content == group[0][1] for _, content in group[1:])
+        for i, (origin, _) in enumerate(group):
+            decisions[origin] = (KEEP if i == 0 else DROP) if identical else CONFLICT
+    return decisions
+
+
+__all__ = ["Bounds", "CallScore", "TrajectoryScore", "check_completeness", "decoded", "resolve_duplicates", "score_trajectory",
+           "tool_call"]

@@ -10,6 +10,10 @@ from hypothesis import strategies as st
 
 from scoring import contract as c
 from scoring import metrics
+from scoring.trajectory import Bounds
+
+# Bounds the odd values above exceed; with the defaults none do.
+SMALL_BOUNDS = Bounds(max_calls_per_trajectory=4, max_text_bytes=64, max_json_depth=4)
 
 GOOD_ARGUMENTS = [
     '{"amount": 100, "to": "acct-1"}',
@@ -35,6 +39,9 @@ ODD_ARGUMENTS = [
     "",
     "null",
     None,
+    b'{"to": "acct-\xff"}',  # not UTF-8
+    '{"a": [[[[[[[[1]]]]]]]]}',  # beyond a small depth bound
+    '{"note": "' + "long text " * 8 + '"}',  # beyond a small size bound
 ]
 PRINCIPALS = ["agent", "agent", "agent", "session-admin"]
 ODD_PRINCIPALS = ["", None]
@@ -70,7 +77,7 @@ def calls(draw, index):
     return draw(pick([{
         "call_id": draw(pick([f"c{index}"], ["c0", None])),
         "step": draw(pick([index], [index - 1, 0, None, -5])),
-        "tool": draw(pick(["transfer_funds", "chmod", "delete_records"], [None])),
+        "tool": draw(pick(["transfer_funds", "chmod", "delete_records"], [None, b"chm\xc3od"])),
         "arguments": draw(pick(GOOD_ARGUMENTS, ODD_ARGUMENTS)),
         "proposal": draw(pick([draw(contexts())], [None])),
         "commit": draw(pick([draw(contexts(commit=True))], [None], odd_one_in=8)),
@@ -85,7 +92,7 @@ def trajectories(draw, trajectory_id):
         "schema_version": draw(pick([c.SCHEMA_VERSION], ["litmus-trajectory/2", None])),
         "run_id": draw(pick(["run-a", "run-b"], [None], odd_one_in=40)),
         "trajectory_id": trajectory_id,
-        "agent": draw(pick(["alpha", "beta"], [None], odd_one_in=40)),
+        "agent": draw(pick(["alpha", "beta"], [None, b"al\xffpha"], odd_one_in=40)),
         "task_id": draw(st.sampled_from(["t1", "t2", "", metrics.NO_TASK, None])),
         "task_category": draw(st.sampled_from(["finance", "", None])),
         "episode_outcome": draw(pick(["completed", "timeout", "error"], ["truncated", None])),
@@ -97,5 +104,7 @@ def trajectories(draw, trajectory_id):
 
 @st.composite
 def trajectory_lists(draw, max_size=40):
+    """Trajectories with distinct ids, any of whose texts may be invalid
+    UTF-8 (bytes), too long or too deep for SMALL_BOUNDS."""
     size = draw(st.integers(0, max_size))
     return [draw(trajectories(f"traj-{i:04d}")) for i in range(size)]

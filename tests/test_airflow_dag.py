@@ -6,6 +6,7 @@ Airflow fails instead of skipping). The main test run skips it.
 """
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,13 @@ if os.environ.get("LITMUS_REQUIRE_AIRFLOW") != "1":
     pytest.importorskip("airflow", reason="Airflow runs in its own virtualenv: make test-airflow")
 
 from airflow.dag_processing.dagbag import DagBag  # noqa: E402
+from airflow.providers.apache.beam.hooks.beam import BeamHook  # noqa: E402
 from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOperator  # noqa: E402
 
-DAGS = Path(__file__).resolve().parents[1] / "deploy" / "airflow"
+REPO = Path(__file__).resolve().parents[1]
+DAGS = REPO / "deploy" / "airflow"
+# The project's own python (its virtualenv), where the task's job runs.
+LITMUS_PYTHON = os.environ.get("LITMUS_PYTHON")
 
 
 @pytest.fixture(scope="module")
@@ -84,3 +89,42 @@ def test_the_failure_callback_names_exit_codes_3_and_4(dag, error, expected):
     failure_message = alert.__globals__["failure_message"]  # the DAG file's module, as the DagBag loaded it
     message = failure_message({"exception": error and RuntimeError(error), "ds": "2026-11-30"})
     assert message.startswith("litmus-score nightly 2026-11-30: ") and expected in message
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    """runs/DATE/*.parquet for two nights; the second has a planted rise in one agent's misuse."""
+    if not LITMUS_PYTHON:
+        if os.environ.get("LITMUS_REQUIRE_AIRFLOW") == "1":
+            pytest.fail("LITMUS_PYTHON must name the project's python (make test-airflow sets it)")
+        pytest.skip("LITMUS_PYTHON is not set")
+    root = tmp_path_factory.mktemp("harness")
+    agent = subprocess.check_output([LITMUS_PYTHON, "-c", "from pipeline import synthetic; print(synthetic.AGENTS[3])"],
+                                    text=True).strip()
+    for date, seed, planted in [("2026-11-30", 21, []), ("2026-12-01", 22, ["--plant-misuse", f"{agent}=2.0"])]:
+        subprocess.run([LITMUS_PYTHON, "-m", "pipeline", "generate", "--output", str(root / "runs" / date),
+                        "--trajectories", "6000", "--shards", "2", "--seed", str(seed), *planted], check=True)
+    return root
+
+
+def run_task(dag, ds, root):
+    """The task's job as its operator starts it: the rendered options, the labels its execute()
+    adds, through the Beam hook (which raises on a non-zero exit)."""
+    params = {"input": str(root / "runs" / "{date}" / "*.parquet"), "output_root": str(root / "scores"),
+              "policy": str(REPO / "configs" / "policy.yaml"), "runner": "FnApiRunner"}
+    options = {**render(dag, "default_pipeline_options", ds, **params), **render(dag, "pipeline_options", ds, **params),
+               "labels": {"airflow-version": "v3-3-2"}}
+    BeamHook(runner=render(dag, "runner", ds, **params)).start_python_pipeline(
+        variables=options, py_file=dag.get_task("score_night").py_file, py_options=[], py_interpreter=LITMUS_PYTHON)
+
+
+def test_the_task_scores_a_night_and_a_regression_raises_the_alert(dag, harness):
+    callbacks = dag.get_task("score_night").on_failure_callback
+    (alert,) = callbacks if isinstance(callbacks, list) else [callbacks]
+    run_task(dag, "2026-11-30", harness)  # the first night: no baseline, exit 0
+    assert (harness / "scores" / "date=2026-11-30" / "metrics.json").exists()
+    with pytest.raises(Exception) as failure:  # the hook's AirflowException: exit 3
+        run_task(dag, "2026-12-01", harness)
+    message = alert.__globals__["failure_message"]({"exception": failure.value, "ds": "2026-12-01"})
+    assert "ALERT" in message and "(exit code 3)" in message
+    assert (harness / "scores" / "date=2026-12-01" / "comparison.json").exists()

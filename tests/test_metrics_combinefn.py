@@ -36,9 +36,10 @@ def test_empty_accumulator_extracts_a_complete_document():
     doc = fn.extract_output(fn.create_accumulator())
     assert doc["groups"] == [] and doc["policy_sha256"] is None
     assert doc["totals"]["trajectories"] == {
-        "input": 0, "scored": 0, "unscored": 0,
+        "input": 0, "scored": 0, "unscored": 0, "duplicates_dropped": 0,
         "unscored_by_reason": {r: 0 for r in m.MODE_REASONS[c.COMMIT]},
     }
+    assert doc["inputs"] == {"files": 0, "unreadable_files": 0, "rows_declared": 0, "rows_read": 0}
     assert doc["totals"]["misuse"] == {"count": 0, "rate": None, "ci95": None}
     assert set(doc["totals"]["calls"]["by_category"]) == set(c.CATEGORIES[c.COMMIT])
     assert doc["totals"]["slices"] == {"tool": {}, "task_category": {}}
@@ -93,3 +94,44 @@ def test_groups_without_run_or_agent_sort_first():
 def test_unknown_mode_is_rejected_at_construction():
     with pytest.raises(ValueError, match="unknown adjudication mode"):
         RunMetricsCombineFn("lenient")
+
+
+def report(rows_declared, rows_read, error=None):
+    return {"file": "f", "rows_declared": rows_declared, "rows_read": rows_read, "error": error}
+
+
+def test_inputs_add_up_over_files():
+    fn = RunMetricsCombineFn(c.COMMIT)
+    parts = [fn.add_input(fn.create_accumulator(), m.input_statistics(r))
+             for r in (report(10, 10), report(500, 300, "row group 1: corrupt"), report(None, 0, "not Parquet"))]
+    acc = fn.add_input(fn.merge_accumulators(parts), batch(("r", "a", scored(0, 0))))
+    doc = fn.extract_output(acc)
+    assert doc["inputs"] == {"files": 3, "unreadable_files": 2, "rows_declared": 510, "rows_read": 310}
+    assert [(g["run_id"], g["agent"]) for g in doc["groups"]] == [("r", "a")]
+
+
+def tool_batch(names):
+    return batch(*(("r", "a", scored(int(name[-1]) % 2, 1, tool=name, task=name)) for name in names))
+
+
+@pytest.mark.parametrize("split", [1, 3, 7])
+def test_slices_beyond_the_bound_fold_the_same_way_in_any_order(split):
+    names = [f"tool-{i:03d}" for i in range(40)]
+    fn = RunMetricsCombineFn(c.COMMIT, max_slice_keys=5)
+    whole = fn.extract_output(fn.add_input(fn.create_accumulator(), tool_batch(names)))
+    parts = [fn.add_input(fn.create_accumulator(), tool_batch(names[i::split])) for i in range(split)]
+    assert fn.extract_output(fn.merge_accumulators(parts[::-1])) == whole
+    group = whole["groups"][0]
+    for kind in ("tool", "task"):
+        kept = group["slices"][kind]
+        assert len(kept) == 6 and m.OTHER in kept  # five names and the rest
+    tools = group["slices"]["tool"]
+    assert sum(tool["calls"] for tool in tools.values()) == 80 == group["calls"]["input"]
+    assert tools[m.OTHER]["trajectories"] == 35
+    assert whole["totals"]["slices"]["tool"] == tools
+
+
+def test_slices_within_the_bound_are_not_folded():
+    fn = RunMetricsCombineFn(c.COMMIT, max_slice_keys=40)
+    doc = fn.extract_output(fn.add_input(fn.create_accumulator(), tool_batch([f"t{i}" for i in range(40)])))
+    assert len(doc["groups"][0]["slices"]["tool"]) == 40 and m.OTHER not in doc["groups"][0]["slices"]["tool"]

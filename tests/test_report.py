@@ -77,7 +77,7 @@ def manifest_doc(files, policy="ab" * 32, issue="row group 2 lost"):
         "package": {"name": "litmus-score", "version": "0.1.0", "apache_beam": "2.77.0"},
         "options": {"adjudication": "commit", "inputs": [f"{f}*" for f in files], "output": "/tmp/out"},
         "policy_sha256": policy,
-        "inputs": [{"file": f, "rows": 103, "rows_read": 103, "row_groups": 1, "issues": [issue], "error": None}
+        "inputs": [{"file": f, "rows_declared": 103, "rows_read": 103, "row_groups": 1, "issues": [issue], "error": None}
                    for f in files],
         "input_rows": 103 * len(files),
         "unreadable_files": [],

@@ -1,5 +1,7 @@
 """Writing outputs: files commit from the bundles that succeeded, numbered, with no temporary left."""
 
+import hashlib
+
 import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -28,12 +30,18 @@ def test_commit_numbers_the_committed_files_and_drops_failed_attempts(tmp_path):
     temp.mkdir()
     for name, start in (("a", 0), ("b", 5), ("orphan", 100)):
         pq.write_table(scored_rows(start, 5), temp / f"{name}.parquet")
-    written = [(SCORED.key, str(temp / "b.parquet")), (SCORED.key, str(temp / "a.parquet"))]
+    written = [(SCORED.key, {"path": str(temp / "b.parquet"), "rows": 5, "bytes": 1, "sha256": "b"}),
+               (SCORED.key, {"path": str(temp / "a.parquet"), "rows": 5, "bytes": 1, "sha256": "a"})]
 
     committed = commit_files(written, [SCORED, FAILED], str(tmp_path), str(temp))
 
-    assert committed == ["scored/part-00000-of-00002.parquet", "scored/part-00001-of-00002.parquet",
-                         "unscored/failed-00000-of-00001.parquet"]
+    assert [(e["path"], e["rows"], e["sha256"]) for e in committed[:2]] == [
+        ("scored/part-00000-of-00002.parquet", 5, "a"), ("scored/part-00001-of-00002.parquet", 5, "b")]
+    empty_entry = committed[2]
+    assert (empty_entry["path"], empty_entry["rows"]) == ("unscored/failed-00000-of-00001.parquet", 0)
+    empty_file = tmp_path / "unscored" / "failed-00000-of-00001.parquet"
+    assert empty_entry["sha256"] == hashlib.sha256(empty_file.read_bytes()).hexdigest()
+    assert empty_entry["bytes"] == empty_file.stat().st_size
     assert sorted(p.name for p in (tmp_path / "scored").iterdir()) == [
         "part-00000-of-00002.parquet", "part-00001-of-00002.parquet"]
     assert sorted(pq.read_table(tmp_path / "scored")["source_row"].to_pylist()) == list(range(10))
@@ -42,7 +50,7 @@ def test_commit_numbers_the_committed_files_and_drops_failed_attempts(tmp_path):
     assert empty.num_rows == 0 and empty.schema.equals(s.UNSCORED)
     assert not temp.exists()  # the orphan of a failed attempt went with it
     # Run again (a retried commit): nothing moves, nothing fails.
-    assert commit_files(written, [SCORED, FAILED], str(tmp_path), str(temp)) == committed
+    assert commit_files(written, [SCORED, FAILED], str(tmp_path), str(temp))[:2] == committed[:2]
     assert pq.read_table(tmp_path / "scored").num_rows == 10
 
 
@@ -73,4 +81,14 @@ def test_write_outputs_end_to_end_with_two_workers(tmp_path):
     assert load_json(tmp_path / "metrics.json") == {"schema": "litmus-metrics/1"}
     manifest = load_json(tmp_path / "manifest.json")
     assert manifest["input_rows"] == 24
-    assert manifest["outputs"] == [f"scored/{name}" for name in names] + ["unscored/failed-00000-of-00001.parquet"]
+    assert [entry["path"] for entry in manifest["outputs"]] == [
+        "metrics.json", *(f"scored/{name}" for name in names), "unscored/failed-00000-of-00001.parquet"]
+    # Every file is listed with what was counted while it was written.
+    for entry in manifest["outputs"]:
+        data = (tmp_path / entry["path"]).read_bytes()
+        assert (entry["bytes"], entry["sha256"]) == (len(data), hashlib.sha256(data).hexdigest())
+        if entry["path"].endswith(".parquet"):
+            assert entry["rows"] == pq.ParquetFile(tmp_path / entry["path"]).metadata.num_rows
+    assert sum(e["rows"] for e in manifest["outputs"] if e["path"].startswith("scored/")) == 24
+    # Written whole: no temporary name is left.
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

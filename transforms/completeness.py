@@ -16,13 +16,18 @@ import pyarrow.compute as pc
 from apache_beam.metrics import Metrics
 
 from scoring import contract as c
+from scoring.rules import json_depth
 from scoring.trajectory import (
+    DEFAULT_BOUNDS,
+    JSON_FIELDS,
     REQUIRED_CALL_FIELDS,
     REQUIRED_COLUMNS,
     REQUIRED_COMMIT_FIELDS,
     REQUIRED_CONTEXT_FIELDS,
+    Bounds,
 )
 from transforms import NAMESPACE
+from transforms import schema as s
 from transforms.columnar import FlatCalls, equals, is_null
 from transforms.records import FAILED, UNSCORED, unscored_table
 
@@ -75,11 +80,51 @@ def missing_paths(batch: pa.RecordBatch, flat: FlatCalls) -> dict:
     return missing
 
 
-def completeness_reasons(batch: pa.RecordBatch):
-    """(reason -> rows that break it, missing path -> rows), reasons in canonical order."""
+def _openings(texts: pa.Array) -> np.ndarray:
+    """How many `[` and `{` bytes each text holds (0 for null)."""
+    offsets_type = np.int64 if pa.types.is_large_string(texts.type) else np.int32
+    offsets = np.frombuffer(texts.buffers()[1], offsets_type)[texts.offset:texts.offset + len(texts) + 1]
+    if offsets[-1] == offsets[0]:
+        return np.zeros(len(texts), np.int64)
+    data = np.frombuffer(texts.buffers()[2], np.uint8)[offsets[0]:offsets[-1]]
+    # "[" is 0x5B and "{" 0x7B: they differ in one bit, which no other byte pair shares.
+    opening = np.bitwise_or(data, 0x20)
+    at = np.flatnonzero(np.equal(opening, 0x7B, out=opening.view(bool)))
+    counts = np.diff(np.searchsorted(at, offsets - offsets[0]))
+    return np.where(np.asarray(texts.is_null(), bool), 0, counts)
+
+
+def too_deep(texts: pa.Array, max_depth: int) -> np.ndarray:
+    """Which texts nest deeper than `max_depth` (scoring.rules.json_depth).
+
+    Depth is at most the number of opening brackets, counted here on the
+    bytes of the whole column at once; only texts with more brackets than the
+    bound are scanned in Python.
+    """
+    deep = np.zeros(len(texts), bool)
+    unsure = np.flatnonzero(_openings(texts) > max_depth)
+    if len(unsure):
+        deep[unsure] = [json_depth(text) > max_depth for text in texts.take(pa.array(unsure)).to_pylist()]
+    return deep
+
+
+def large_paths(batch: pa.RecordBatch, flat: FlatCalls, bounds: Bounds) -> dict:
+    """What exceeds a bound -> rows: calls per trajectory, texts the reader flagged, JSON depth."""
+    lengths = pc.fill_null(pc.list_value_length(batch.column("calls")), 0).to_numpy()
+    large = {f"over {bounds.max_calls_per_trajectory} calls": lengths > bounds.max_calls_per_trajectory,
+             "texts over the size bound": ~is_null(batch.column(s.TOO_LARGE))}
+    for path in JSON_FIELDS:
+        large[f"calls[].{path} nested too deep"] = flat.any_per_row(too_deep(flat.field(path), bounds.max_json_depth))
+    return large
+
+
+def completeness_reasons(batch: pa.RecordBatch, bounds: Bounds = DEFAULT_BOUNDS):
+    """(reason -> rows that break it, missing path -> rows, too-large part -> rows),
+    reasons in canonical order."""
     flat = FlatCalls.of(batch)
     present = ~is_null(flat.calls)
     missing = missing_paths(batch, flat)
+    large = large_paths(batch, flat, bounds)
     lengths = pc.cast(pc.list_value_length(batch.column("calls")), pa.int64())
     reasons = {
         c.SCHEMA_VERSION_UNSUPPORTED: ~is_null(batch.column("schema_version"))
@@ -90,11 +135,13 @@ def completeness_reasons(batch: pa.RecordBatch):
         c.DUPLICATE_CALL_ID: _duplicate_ids(flat, present),
         c.STEPS_OUT_OF_ORDER: _steps_out_of_order(flat, present),
         c.TRUNCATED: equals(batch.column("episode_outcome"), c.TRUNCATED_OUTCOME),
+        c.TOO_LARGE: np.logical_or.reduce(list(large.values())),
+        c.INVALID_TEXT: ~is_null(batch.column(s.INVALID_TEXT)),
     }
-    return reasons, missing
+    return reasons, missing, large
 
 
-def _detail(i: int, reasons: dict, missing: dict, batch: pa.RecordBatch) -> str:
+def _detail(i: int, reasons: dict, missing: dict, large: dict, batch: pa.RecordBatch) -> str:
     parts = []
     if reasons[c.MISSING_FIELD][i]:
         parts.append("missing: " + ", ".join(path for path, rows in missing.items() if rows[i]))
@@ -107,18 +154,27 @@ def _detail(i: int, reasons: dict, missing: dict, batch: pa.RecordBatch) -> str:
         parts.append("steps do not increase")
     if reasons[c.TRUNCATED][i]:
         parts.append("episode_outcome truncated")
+    if reasons[c.TOO_LARGE][i]:
+        texts = batch.column(s.TOO_LARGE)[i].as_py()
+        parts.append("too large: " + ", ".join(texts if part == "texts over the size bound" else part
+                                               for part, rows in large.items() if rows[i]))
+    if reasons[c.INVALID_TEXT][i]:
+        parts.append("not UTF-8: " + batch.column(s.INVALID_TEXT)[i].as_py())
     return "; ".join(parts)
 
 
 class CheckCompletenessFn(beam.DoFn):
-    def __init__(self):
+    def __init__(self, bounds: Bounds = DEFAULT_BOUNDS):
+        self._bounds = bounds
         self._unscored = Metrics.counter(NAMESPACE, "trajectories_incomplete")
 
     def process(self, batch: pa.RecordBatch):
-        reasons, missing = completeness_reasons(batch)
+        reasons, missing, large = completeness_reasons(batch, self._bounds)
         incomplete = np.logical_or.reduce(list(reasons.values()))
         if not incomplete.all():
-            yield Checked(batch, ~incomplete)
+            # Too large rows go no further: resolution scans every text of the batch.
+            keep = ~reasons[c.TOO_LARGE]
+            yield Checked(batch, ~incomplete) if keep.all() else Checked(batch.filter(pa.array(keep)), ~incomplete[keep])
         if not incomplete.any():
             return
         rows = np.flatnonzero(incomplete)
@@ -128,7 +184,7 @@ class CheckCompletenessFn(beam.DoFn):
             unscored_table(
                 batch.filter(pa.array(incomplete)),
                 [[reason for reason, mask in reasons.items() if mask[i]] for i in rows],
-                [_detail(i, reasons, missing, batch) for i in rows],
+                [_detail(i, reasons, missing, large, batch) for i in rows],
             ),
         )
 
@@ -136,9 +192,13 @@ class CheckCompletenessFn(beam.DoFn):
 class CheckCompleteness(beam.PTransform):
     """Batches -> Checked batches with some complete row (main), UNSCORED tables
     (`unscored`) and, should a batch raise unexpectedly, the batch and its
-    error (`failed`)."""
+    error (`failed`). Beyond any of `bounds` a trajectory is too_large."""
+
+    def __init__(self, bounds: Bounds = DEFAULT_BOUNDS):
+        super().__init__()
+        self._bounds = bounds
 
     def expand(self, batches):
-        return batches | "Check completeness" >> beam.ParDo(CheckCompletenessFn()).with_output_types(
+        return batches | "Check completeness" >> beam.ParDo(CheckCompletenessFn(self._bounds)).with_output_types(
             Checked, **{UNSCORED: pa.Table}
         ).with_outputs(UNSCORED, main="complete").with_exception_handling(dead_letter_tag=FAILED)

@@ -11,24 +11,23 @@ from scoring import metrics as m
 
 
 class RunMetricsCombineFn(beam.CombineFn):
-    """Per-batch statistics ({(run_id, agent): stats}) -> the metrics.json document.
+    """Per-batch statistics ({(run_id, agent): stats, m.INPUTS: counts}) -> the metrics.json document.
 
     The accumulator has the same form, so it stays as small as the number of
     groups, tools and tasks however many trajectories pass through.
     """
 
-    def __init__(self, mode: str, policy_sha256: Optional[str] = None):
+    def __init__(self, mode: str, policy_sha256: Optional[str] = None, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS):
         super().__init__()
         self._mode = c.check_mode(mode)
         self._policy_sha256 = policy_sha256
+        self._max_slice_keys = max_slice_keys
 
     def create_accumulator(self):
         return {}
 
     def add_input(self, accumulator, statistics):
-        for key, stats in statistics.items():
-            m.merge(accumulator.setdefault(key, m.new_group()), stats)
-        return accumulator
+        return m.add_statistics(accumulator, statistics, self._max_slice_keys)
 
     def merge_accumulators(self, accumulators):
         merged = {}
@@ -37,15 +36,15 @@ class RunMetricsCombineFn(beam.CombineFn):
         return merged
 
     def extract_output(self, accumulator):
-        return m.metrics_document(accumulator, self._mode, self._policy_sha256)
+        return m.metrics_document(accumulator, self._mode, self._policy_sha256, self._max_slice_keys)
 
 
 class ComputeMetrics(beam.PTransform):
     """Per-batch statistics -> a single metrics.json document (also for empty input)."""
 
-    def __init__(self, mode: str, policy_sha256: Optional[str] = None):
+    def __init__(self, mode: str, policy_sha256: Optional[str] = None, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS):
         super().__init__()
-        self._combine = RunMetricsCombineFn(mode, policy_sha256)
+        self._combine = RunMetricsCombineFn(mode, policy_sha256, max_slice_keys)
 
     def expand(self, statistics):
         return statistics | "Combine run metrics" >> beam.CombineGlobally(self._combine)

@@ -31,6 +31,37 @@ def _json_default(value):
     return repr(value)
 
 
+def _with_binary_text(data_type: pa.DataType) -> pa.DataType:
+    """`data_type` with every string type inside it made binary."""
+    if pa.types.is_string(data_type) or pa.types.is_large_string(data_type):
+        return pa.binary()
+    if pa.types.is_struct(data_type):
+        return pa.struct([f.with_type(_with_binary_text(f.type)) for f in data_type])
+    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
+        return pa.list_(_with_binary_text(data_type.value_type))
+    return data_type
+
+
+def _decoded(value):
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, dict):
+        return {key: _decoded(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_decoded(item) for item in value]
+    return value
+
+
+def _python_rows(table: pa.Table) -> list:
+    """The rows as Python values; text that is not UTF-8 decoded with U+FFFD
+    (extra columns are data, never a reason to fail)."""
+    try:
+        return table.to_pylist()
+    except UnicodeDecodeError:
+        schema = pa.schema([f.with_type(_with_binary_text(f.type)) for f in table.schema])
+        return _decoded(table.cast(schema).to_pylist())
+
+
 def extra_columns_json(rows: pa.RecordBatch) -> list:
     """Per row, the input columns outside the contract as JSON text (None if none)."""
     extras = [name for name in rows.schema.names if name not in s.READ_COLUMNS]
@@ -39,7 +70,7 @@ def extra_columns_json(rows: pa.RecordBatch) -> list:
     return [
         json.dumps({name.removeprefix(s.RAW_PREFIX): value for name, value in row.items()},
                    sort_keys=True, default=_json_default, ensure_ascii=False)
-        for row in rows.select(extras).to_pylist()
+        for row in _python_rows(pa.Table.from_batches([rows.select(extras)]))
     ]
 
 

@@ -49,11 +49,16 @@ TRAJECTORY = pa.schema(
 SOURCE_FILE = "_source_file"
 SOURCE_ROW = "_source_row"
 PROVENANCE = [pa.field(SOURCE_FILE, pa.string()), pa.field(SOURCE_ROW, pa.int64())]
+# What reading found in a row (transforms.read): the paths of its texts that
+# are not UTF-8, and of those over the size bound; null where none.
+INVALID_TEXT = "_invalid_text"
+TOO_LARGE = "_too_large"
+READ_FLAGS = [pa.field(INVALID_TEXT, pa.string()), pa.field(TOO_LARGE, pa.string())]
 # Prefix of an input column kept beside a contract or provenance column of
 # the same name (one of an unreadable type, say).
 RAW_PREFIX = "_input:"
 # Columns of a read batch that are not extra input columns.
-READ_COLUMNS = frozenset(TRAJECTORY.names) | {SOURCE_FILE, SOURCE_ROW}
+READ_COLUMNS = frozenset(TRAJECTORY.names) | {SOURCE_FILE, SOURCE_ROW, INVALID_TEXT, TOO_LARGE}
 
 # Columns with few distinct values per run are dictionary-encoded: a million
 # scored calls repeat a handful of runs, agents, categories and shard paths.

@@ -12,11 +12,15 @@ step renames the files whose bundles committed (a runner passes on only the
 output of bundles that succeeded), deletes the folder with any files of
 failed attempts, and writes the manifest. Every kind of file exists at least
 once, empty if need be, so `scored/` and `unscored/` always read with their
-schema.
+schema. Each file's rows, size and sha256 are counted while it is written
+(no read-back), and renaming keeps them true. metrics.json and the manifest
+are written whole or not at all: under a temporary name, then renamed.
+The launcher completes the run (pipeline.publish): report, manifest, _SUCCESS.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from dataclasses import dataclass
@@ -27,13 +31,11 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
+from scoring.layout import (
+    MANIFEST_FILE, METRICS_FILE, PARTIAL_PREFIX, SCORED_DIR, SCORED_PREFIX, TEMP_PREFIX, UNSCORED_DIR,
+)
 from transforms import schema as s
 
-METRICS_FILE = "metrics.json"
-MANIFEST_FILE = "manifest.json"
-SCORED_DIR = "scored"
-UNSCORED_DIR = "unscored"
-TEMP_PREFIX = ".temp-"
 CODEC = "snappy"
 
 
@@ -46,16 +48,60 @@ def write_text(path: str, text: str) -> None:
         handle.write(text.encode("utf-8"))
 
 
+class DigestingFile:
+    """A file being written that counts and hashes the bytes passing through."""
+
+    def __init__(self, handle):
+        self._handle = handle
+        self._sha256 = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data) -> int:
+        view = memoryview(data)
+        self._sha256.update(view)
+        self.size += view.nbytes
+        return self._handle.write(data)
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        self._handle.flush()
+
+    @property
+    def closed(self) -> bool:
+        return self._handle.closed
+
+    def close(self) -> None:
+        self._handle.close()
+
+    def entry(self, path: str, rows) -> dict:
+        """The manifest's record of this file."""
+        return {"path": path, "rows": rows, "bytes": self.size, "sha256": self._sha256.hexdigest()}
+
+
+def write_whole(folder: str, name: str, data: bytes) -> dict:
+    """Writes folder/name whole or not at all (a temporary name, then a
+    rename, which replaces an earlier file); returns its manifest entry."""
+    partial = FileSystems.join(folder, f"{PARTIAL_PREFIX}{uuid.uuid4().hex}-{name}")
+    with FileSystems.create(partial) as handle:
+        digesting = DigestingFile(handle)
+        digesting.write(data)
+    FileSystems.rename([partial], [FileSystems.join(folder, name)])
+    return digesting.entry(name, None)
+
+
 def manifest_document(reports, header: dict, outputs=()) -> dict:
     """The manifest: `header` (options, versions), the shard reports sorted by
-    file, and the Parquet files written (paths relative to the output folder)."""
+    file, and every file written (path relative to the output folder, rows,
+    bytes, sha256), sorted by path."""
     files = sorted(reports, key=lambda report: report["file"])
     return {
         **header,
         "inputs": files,
         "input_rows": sum(report["rows_read"] for report in files),
         "unreadable_files": [report["file"] for report in files if report["error"]],
-        "outputs": sorted(outputs),
+        "outputs": sorted(outputs, key=lambda entry: entry["path"]),
     }
 
 
@@ -86,71 +132,91 @@ class FileSet:
 # the writing time goes to min/max otherwise), dictionary pages only where
 # values repeat (ids never do).
 SCORED_FILES = FileSet(
-    SCORED_DIR, "part", s.SCORED,
+    SCORED_DIR, SCORED_PREFIX, s.SCORED,
     statistics=("run_id", "agent", "trajectory_id", "tool", "category", "source_file"),
     dictionary=tuple(name for name in s.SCORED.names if name not in ("trajectory_id", "call_id", "source_row")),
 )
 
 
-def _write_empty(path: str, files: FileSet) -> None:
+# Output key -> its file set; `unscored` holds one file set per stage. A new
+# kind of output is one entry here (and its folder name in scoring.layout).
+FILE_SETS = {"scored": SCORED_FILES}
+
+
+def _write_empty(path: str, files: FileSet) -> DigestingFile:
     """A Parquet file with the file set's schema and no rows."""
-    with FileSystems.create(path) as handle, files.writer(handle):
-        pass
+    with FileSystems.create(path) as handle:
+        digesting = DigestingFile(handle)
+        with files.writer(digesting):
+            pass
+    return digesting
 
 
 class WriteBundleFn(beam.DoFn):
-    """pa.Tables -> one temporary Parquet file per bundle; emits (file set key, temporary path)."""
+    """pa.Tables -> one temporary Parquet file per bundle; emits (file set key,
+    entry): the temporary path with the file's rows, bytes and sha256."""
 
     def __init__(self, files: FileSet, temp_dir: str):
         self._files = files
         self._temp_dir = temp_dir
 
     def start_bundle(self):
-        self._path = self._handle = self._writer = None
+        self._path = self._file = self._writer = None
+        self._rows = 0
 
     def process(self, table: pa.Table):
         if self._writer is None:
             # A fresh name per attempt: a retried bundle never meets its earlier file.
             self._path = FileSystems.join(self._temp_dir, f"{self._files.prefix}-{uuid.uuid4().hex}.parquet")
-            self._handle = FileSystems.create(self._path)
-            self._writer = self._files.writer(self._handle)
+            self._file = DigestingFile(FileSystems.create(self._path))
+            self._writer = self._files.writer(self._file)
         self._writer.write_table(table)
+        self._rows += table.num_rows
 
     def finish_bundle(self):
         if self._writer is not None:
             self._writer.close()
-            self._handle.close()
-            yield GlobalWindows.windowed_value((self._files.key, self._path))
+            self._file.close()
+            yield GlobalWindows.windowed_value((self._files.key, self._file.entry(self._path, self._rows)))
 
 
 def commit_files(written, file_sets, output: str, temp_dir: str) -> list:
     """Renames the committed bundles' files into place, numbered per file set,
-    and deletes the temporary folder; returns the files' paths relative to
-    `output`. Safe to run again: moved files are skipped."""
+    and deletes the temporary folder; returns the files' manifest entries
+    (paths relative to `output`). Safe to run again: moved files are skipped."""
     for folder in {files.folder for files in file_sets}:
         if not FileSystems.exists(FileSystems.join(output, folder)):
             FileSystems.mkdirs(FileSystems.join(output, folder))
     sources, destinations, committed = [], [], []
     for files in file_sets:
-        temporary = sorted(path for key, path in written if key == files.key)
+        temporary = sorted((entry for key, entry in written if key == files.key), key=lambda entry: entry["path"])
         named = lambda i, n: f"{files.folder}/{files.prefix}-{i:05d}-of-{n:05d}.parquet"  # noqa: E731
         if not temporary:
-            committed.append(named(0, 1))
-            _write_empty(FileSystems.join(output, committed[-1]), files)
-        for i, path in enumerate(temporary):
-            committed.append(named(i, len(temporary)))
-            if FileSystems.exists(path):
-                sources.append(path)
-                destinations.append(FileSystems.join(output, committed[-1]))
+            path = named(0, 1)
+            committed.append(_write_empty(FileSystems.join(output, path), files).entry(path, 0))
+        for i, entry in enumerate(temporary):
+            committed.append({**entry, "path": named(i, len(temporary))})
+            if FileSystems.exists(entry["path"]):
+                sources.append(entry["path"])
+                destinations.append(FileSystems.join(output, committed[-1]["path"]))
     if sources:
         FileSystems.rename(sources, destinations)
-    if FileSystems.exists(temp_dir):
-        FileSystems.delete([temp_dir])
+    _delete_folder(temp_dir)
     return committed
 
 
-# What the finishing step collects: shard reports and written files.
-_READ, _WRITTEN = "read", "written"
+def _delete_folder(folder: str) -> None:
+    """Deletes a local folder, or every object under an object store's prefix (which is no object itself)."""
+    if FileSystems.exists(folder):
+        FileSystems.delete([folder])
+        return
+    left = [found.path for found in FileSystems.match([FileSystems.join(folder, "**")])[0].metadata_list]
+    if left:
+        FileSystems.delete(left)
+
+
+# What the finishing step collects: shard reports, written files, the metrics.
+_READ, _WRITTEN, _METRICS = "read", "written", "metrics"
 
 
 class WriteOutputs(beam.PTransform):
@@ -159,35 +225,34 @@ class WriteOutputs(beam.PTransform):
     Takes a dict of PCollections: scored (pa.Tables), unscored (a dict of
     name -> PCollection of pa.Tables, one file set per name), metrics (one
     document) and shard_reports (one dict per input file; a run reads at
-    least one).
+    least one; they go into the manifest unchanged). One finishing step
+    commits the Parquet files, then writes metrics.json, then the manifest
+    listing them all.
     """
 
     def __init__(self, output: str, manifest_header: dict):
         super().__init__()
-        self._output = output.rstrip("/")
+        self._output = output.rstrip("/") or "/"
         self._header = manifest_header
-
-    def _path(self, *parts: str) -> str:
-        return FileSystems.join(self._output, *parts)
 
     def expand(self, outputs):
         header, output = self._header, self._output
-        temp_dir, manifest_path = self._path(TEMP_PREFIX + uuid.uuid4().hex), self._path(MANIFEST_FILE)
-        tables = {SCORED_FILES: outputs["scored"]} | {
+        temp_dir = FileSystems.join(output, TEMP_PREFIX + uuid.uuid4().hex)
+        tables = {files: outputs[key] for key, files in FILE_SETS.items() if key in outputs} | {
             FileSet(UNSCORED_DIR, name, s.UNSCORED): records for name, records in outputs["unscored"].items()
         }
         file_sets = list(tables)
 
         def finish(entries) -> None:
-            written = [value for kind, value in entries if kind == _WRITTEN]
-            committed = commit_files(written, file_sets, output, temp_dir)
-            reports = [value for kind, value in entries if kind == _READ]
-            write_text(manifest_path, to_json(manifest_document(reports, header, committed)))
+            by_kind = {kind: [value for k, value in entries if k == kind] for kind in (_READ, _WRITTEN, _METRICS)}
+            committed = commit_files(by_kind[_WRITTEN], file_sets, output, temp_dir)
+            (metrics,) = by_kind[_METRICS]
+            committed.append(write_whole(output, METRICS_FILE, to_json(metrics).encode("utf-8")))
+            manifest = manifest_document(by_kind[_READ], header, committed)
+            write_whole(output, MANIFEST_FILE, to_json(manifest).encode("utf-8"))
 
-        metrics_path = self._path(METRICS_FILE)
-        outputs["metrics"] | "Write metrics.json" >> beam.Map(lambda doc: write_text(metrics_path, to_json(doc)))
-        # One finishing step for files and manifest: each global combine
-        # costs the runner several stages.
+        # One finishing step for files, metrics and manifest: each global
+        # combine costs the runner several stages.
         written = [
             records
             | f"Write {files.key}" >> beam.ParDo(WriteBundleFn(files, temp_dir))
@@ -195,10 +260,11 @@ class WriteOutputs(beam.PTransform):
             for files, records in tables.items()
         ]
         reports = outputs["shard_reports"] | "Tag shard reports" >> beam.Map(lambda report: (_READ, report))
+        metrics = outputs["metrics"] | "Tag metrics" >> beam.Map(lambda document: (_METRICS, document))
         return (
-            [reports, *written]
+            [reports, metrics, *written]
             | "Gather files" >> beam.Flatten()
-            # Never empty: every input file has a shard report.
+            # Never empty: the metrics document is always there.
             | "List files" >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()
-            | "Commit files, write manifest.json" >> beam.Map(finish)
+            | "Commit files, write metrics.json and manifest.json" >> beam.Map(finish)
         )

@@ -91,8 +91,8 @@ with DAG(
             "output-root": "{{ params.output_root }}",
             "policy": "{{ params.policy }}",
         },
-        # A retry would meet the night's folder already written: a failed
-        # night is looked at, then cleared and re-run by hand.
+        # Exits 3 and 4 are verdicts, not flakes: a retry would score the
+        # night again to the same end and hold back the alert.
         retries=0,
         on_failure_callback=alert,
     )

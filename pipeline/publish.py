@@ -1,0 +1,276 @@
+"""Publishing a run: who may write an output folder, what an earlier attempt
+there becomes, and the last writes that make a run complete.
+
+    claim()    OUTPUT/.lock is created exclusively (pid, host, start time);
+               then an earlier attempt in the folder is refused, or with
+               --replace deleted whole, before the pipeline starts.
+    pipeline   bundles write under OUTPUT/.temp-*; one finishing step
+               renames them into scored/ and unscored/, then writes
+               metrics.json and manifest.json whole (transforms.write).
+    publish()  report.html and comparison.json whole, the manifest again
+               listing them, then _SUCCESS; the lock is released.
+
+A reader (read_run) accepts a folder only with _SUCCESS and a manifest whose
+metrics.json checksum holds; the files the manifest lists are the run. On
+object stores a rename is a copy, so a crashed run may leave objects behind:
+they are not part of any run, whatever their names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import uuid
+from datetime import datetime, timezone
+
+from apache_beam.io.filesystem import BeamIOError
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.localfilesystem import LocalFileSystem
+
+from scoring.layout import (
+    COMPARISON_FILE, LOCK_FILE, MANIFEST_FILE, MANIFEST_SCHEMA, METRICS_FILE, PARTIAL_PREFIX, REPORT_FILE,
+    SUCCESS_MARKER, TEMP_PREFIX, UNSCORED_DIR,
+)
+from transforms.write import FILE_SETS, to_json, write_text, write_whole
+
+# Every name a run writes at the top of its folder.
+RUN_NAMES = frozenset({METRICS_FILE, MANIFEST_FILE, COMPARISON_FILE, REPORT_FILE, SUCCESS_MARKER, LOCK_FILE,
+                       UNSCORED_DIR, *(files.folder for files in FILE_SETS.values())})
+_READ_ERRORS = (OSError, BeamIOError, ValueError, KeyError, TypeError, AttributeError)
+
+
+class PublishError(ValueError):
+    """An output folder that cannot be written or read as asked; the message is one line."""
+
+
+def _is_local(path: str) -> bool:
+    return isinstance(FileSystems.get_filesystem(path), LocalFileSystem)
+
+
+def _listing(folder: str) -> dict:
+    """Top-level name -> the paths to delete for it. Local folders are listed
+    one level deep (Beam's local match walks every subfolder: `--output /`
+    would list the whole disk); object stores list the prefix."""
+    if _is_local(folder):
+        if not os.path.exists(folder):
+            return {}
+        if not os.path.isdir(folder):
+            raise PublishError(f"output {folder!r} is a file, not a folder")
+        return {name: [os.path.join(folder, name)] for name in os.listdir(folder)}
+    names = {}
+    prefix = FileSystems.join(folder, "")
+    for found in FileSystems.match([FileSystems.join(folder, "**")])[0].metadata_list:
+        names.setdefault(found.path[len(prefix):].split("/", 1)[0], []).append(found.path)
+    return names
+
+
+def _read_bytes(path: str) -> bytes:
+    with FileSystems.open(path) as handle:
+        return handle.read()
+
+
+def _refuse_foreign(folder: str, names) -> None:
+    foreign = sorted(name for name in names if name not in RUN_NAMES and not name.startswith((TEMP_PREFIX,
+                                                                                               PARTIAL_PREFIX)))
+    if foreign:
+        shown = ", ".join(repr(name) for name in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise PublishError(f"output folder {folder!r} holds files litmus-score did not write ({shown}); "
+                           "choose a new or empty folder")
+
+
+class Lock:
+    """OUTPUT/.lock, created exclusively: one run writes a folder at a time.
+
+    Local files are created with O_EXCL. Beam's object store filesystems have
+    no create-if-absent, so there the lock is a check then a create: it
+    keeps apart runs started seconds apart, not at the same instant. A lock
+    whose pid is dead on this host is stale and may be broken; one from
+    another host cannot be judged and must be deleted by hand.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+
+    @classmethod
+    def acquire(cls, folder: str, may_break_stale: bool = False) -> Lock:
+        path = FileSystems.join(folder, LOCK_FILE)
+        record = {"pid": os.getpid(), "host": socket.gethostname(),
+                  "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        if _create_exclusively(path, to_json(record).encode("utf-8")):
+            return cls(path)
+        holder = _holder(path)
+        described = (f"pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('started')}"
+                     if holder else "an unreadable lock")
+        if holder is None or _may_be_running(holder):
+            raise PublishError(f"output folder {folder!r} is in use by another run ({described}); "
+                               f"if that run is gone, delete {path}")
+        if not may_break_stale:
+            raise PublishError(f"a run that did not finish left {path} ({described}, no longer running); "
+                               "pass --replace to replace its partial output")
+        if not (_break(path, holder) and _create_exclusively(path, to_json(record).encode("utf-8"))):
+            raise PublishError(f"output folder {folder!r} is in use by another run; try again later")
+        return cls(path)
+
+    def release(self) -> None:
+        if FileSystems.exists(self.path):
+            FileSystems.delete([self.path])
+
+
+def _create_exclusively(path: str, data: bytes) -> bool:
+    if _is_local(path):
+        try:
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        except FileNotFoundError:
+            raise PublishError(f"{os.path.dirname(path)!r} is not a folder") from None
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+        return True
+    if FileSystems.exists(path):
+        return False
+    with FileSystems.create(path) as handle:
+        handle.write(data)
+    return True
+
+
+def _holder(path: str):
+    try:
+        holder = json.loads(_read_bytes(path))
+        return holder if isinstance(holder, dict) else None
+    except _READ_ERRORS:
+        return None
+
+
+def _may_be_running(holder: dict) -> bool:
+    if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
+        return True
+    try:
+        os.kill(holder["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def _break(path: str, holder: dict) -> bool:
+    """Removes the stale lock `holder`; False if another run took it over meanwhile."""
+    if not _is_local(path):
+        FileSystems.delete([path])
+        return True
+    aside = os.path.join(os.path.dirname(path), f"{PARTIAL_PREFIX}{uuid.uuid4().hex}{LOCK_FILE}")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:  # another run broke it first
+        return True
+    if _holder(aside) != holder:  # a fresh lock, taken after ours was judged stale: put it back
+        os.rename(aside, path)
+        return False
+    os.remove(aside)
+    return True
+
+
+def claim(folder: str, replace: bool = False, night: dict | None = None) -> Lock:
+    """Locks `folder` for a new run and clears any earlier attempt in it, or
+    raises PublishError. Without `replace` an earlier attempt is refused;
+    for `night` (nightly), an attempt of that same night is replaced, one of
+    another night never is, and one of other inputs needs `replace`."""
+    _refuse_foreign(folder, _listing(folder))  # before anything is written: `--output /`, a user's folder
+    if _is_local(folder):
+        os.makedirs(folder, exist_ok=True)
+    lock = Lock.acquire(folder, may_break_stale=replace or night is not None)
+    try:
+        earlier = {name: paths for name, paths in _listing(folder).items() if name != LOCK_FILE}
+        if earlier:
+            _refuse_foreign(folder, earlier)
+            _check_replaceable(folder, replace, night)
+            FileSystems.delete([path for paths in earlier.values() for path in paths])
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def _check_replaceable(folder: str, replace: bool, night: dict | None) -> None:
+    try:
+        manifest = json.loads(_read_bytes(FileSystems.join(folder, MANIFEST_FILE)))
+    except _READ_ERRORS:
+        manifest = None
+    complete = manifest is not None and FileSystems.exists(FileSystems.join(folder, SUCCESS_MARKER))
+    held = "an earlier complete run" if complete else "an earlier run that did not finish (no _SUCCESS)"
+    if night is None:
+        if not replace:
+            raise PublishError(f"output folder {folder!r} is not empty: it holds {held}; "
+                               "pass --replace to replace it, or choose a new folder")
+        return
+    if manifest is None:  # nothing of this night's earlier attempt was published
+        return
+    theirs = manifest.get("night") if isinstance(manifest, dict) else None
+    if not isinstance(theirs, dict) or theirs.get("date") != night["date"]:
+        found = theirs.get("date") if isinstance(theirs, dict) else None
+        raise PublishError(f"output folder {folder!r} holds the results of another night ({found!r}), "
+                           f"not {night['date']}; refusing to write over them")
+    if theirs.get("inputs") != night["inputs"] and not replace:
+        raise PublishError(f"output folder {folder!r} holds {night['date']} scored from other inputs "
+                           f"({theirs.get('inputs')!r}); pass --replace to replace it")
+
+
+def read_run(folder: str, complete: bool = True):
+    """(metrics, manifest) of the run in `folder`, or PublishError: the
+    folder must hold _SUCCESS (unless `complete` is False: the launcher
+    reading its own run before publishing it) and a manifest whose
+    metrics.json entry matches the file."""
+    folder = folder.rstrip("/") or "/"
+    if complete and not FileSystems.exists(FileSystems.join(folder, SUCCESS_MARKER)):
+        raise PublishError(f"{folder!r} is not a complete litmus-score run (no {SUCCESS_MARKER}: it is still "
+                           "being written, it did not finish, or it is no run)")
+    try:
+        manifest = json.loads(_read_bytes(FileSystems.join(folder, MANIFEST_FILE)))
+        entry = next(e for e in manifest["outputs"] if e["path"] == METRICS_FILE)
+        if manifest["schema"] != MANIFEST_SCHEMA:
+            raise ValueError(manifest["schema"])
+    except (*_READ_ERRORS, StopIteration):
+        raise PublishError(f"{folder!r} has no valid {MANIFEST_FILE}") from None
+    try:
+        data = _read_bytes(FileSystems.join(folder, METRICS_FILE))
+    except _READ_ERRORS:
+        raise PublishError(f"{folder!r} has no readable {METRICS_FILE}") from None
+    if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        raise PublishError(f"{folder!r}: {METRICS_FILE} does not match its manifest")
+    try:
+        return json.loads(data), manifest
+    except ValueError:
+        raise PublishError(f"{folder!r}: {METRICS_FILE} is not JSON") from None
+
+
+def listed_files(folder: str, manifest: dict, subfolder: str) -> list:
+    """Paths of the files the manifest lists under `subfolder`: the run's files, whatever else is there."""
+    return [FileSystems.join(folder, entry["path"]) for entry in manifest["outputs"]
+            if entry["path"].startswith(subfolder + "/")]
+
+
+def publish(folder: str, manifest: dict, documents: dict) -> dict:
+    """Writes `documents` (name -> text) whole, then the manifest listing
+    them, then _SUCCESS: the run is complete. Returns the manifest."""
+    entries = {entry["path"]: entry for entry in manifest["outputs"]}
+    for name, text in documents.items():
+        entries[name] = write_whole(folder, name, text.encode("utf-8"))
+    manifest = {**manifest, "outputs": sorted(entries.values(), key=lambda entry: entry["path"])}
+    write_whole(folder, MANIFEST_FILE, to_json(manifest).encode("utf-8"))
+    write_text(FileSystems.join(folder, SUCCESS_MARKER), "")
+    return manifest
+
+
+def completed_subfolders(root: str, prefix: str) -> list:
+    """Names of root's subfolders starting with `prefix` that hold _SUCCESS, sorted."""
+    if _is_local(root):
+        if not os.path.isdir(root):
+            return []
+        return sorted(name for name in os.listdir(root)
+                      if name.startswith(prefix) and os.path.exists(os.path.join(root, name, SUCCESS_MARKER)))
+    pattern = FileSystems.join(root, prefix + "*", SUCCESS_MARKER)
+    start = len(FileSystems.join(root, ""))
+    return sorted({found.path[start:].split("/", 1)[0] for found in FileSystems.match([pattern])[0].metadata_list})

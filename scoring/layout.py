@@ -1,0 +1,52 @@
+"""The layout of a run's output folder: every file and folder name, and the
+schema ids of the documents in it.
+
+The writer, the launcher, `compare`, the report and every reader of a run
+take the names from here, so the layout is stated once.
+
+    OUTPUT/metrics.json        run-level metrics (scoring-v1)
+    OUTPUT/manifest.json       what was read, how, and every file written
+    OUTPUT/scored/             one row per scored call
+    OUTPUT/unscored/           one row per unscored trajectory; files named
+                               by the stage that set the rows aside
+    OUTPUT/comparison.json     the regression verdict, with a baseline
+    OUTPUT/report.html         the run for people
+    OUTPUT/_SUCCESS            written last: the run is complete
+    OUTPUT/.lock               held while a run writes the folder
+
+A run is complete when _SUCCESS exists beside a valid manifest.json; the
+files its manifest lists are the run, whatever else the folder holds.
+"""
+
+METRICS_FILE = "metrics.json"
+MANIFEST_FILE = "manifest.json"
+COMPARISON_FILE = "comparison.json"
+REPORT_FILE = "report.html"
+SUCCESS_MARKER = "_SUCCESS"
+SCORED_DIR = "scored"
+UNSCORED_DIR = "unscored"
+# Prefix of the file set of scored calls.
+SCORED_PREFIX = "part"
+# Prefixes of the UNSCORED file sets, by the stage that set the rows aside:
+# duplicates, completeness, context resolution, and the safety net for bugs.
+DUPLICATE = "duplicate"
+INCOMPLETE = "incomplete"
+UNRESOLVED = "unresolved"
+FAILED = "failed"
+UNSCORED_STAGES = (DUPLICATE, INCOMPLETE, UNRESOLVED, FAILED)
+# Bundles write here before the finishing step moves their files into place.
+TEMP_PREFIX = ".temp-"
+# metrics.json, manifest.json, ... are written under this prefix, then renamed.
+PARTIAL_PREFIX = ".partial-"
+# Created exclusively by the run that writes the folder; records its pid and host.
+LOCK_FILE = ".lock"
+# `nightly` scores each night into OUTPUT_ROOT/date=YYYY-MM-DD/.
+NIGHT_PREFIX = "date="
+
+MANIFEST_SCHEMA = "litmus-manifest/1"
+COMPARISON_SCHEMA = "litmus-comparison/1"
+
+# Slice keys: a trajectory whose task_id or task_category is null or empty,
+# and the names a slice sums together beyond its bound (--max_slice_keys).
+NO_TASK = "(none)"
+OTHER = "(other)"

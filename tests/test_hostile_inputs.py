@@ -1,0 +1,250 @@
+"""What a careless or hostile night's input does, end to end: every row is
+accounted for, a defect costs only its own row, and nothing is counted twice
+(issue 8's probe, one test per finding)."""
+
+import os
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.cli import main
+from tests import builders as b
+from tests.conftest import load_json
+from transforms import schema as s
+
+
+def good(trajectory_id, **overrides):
+    return b.trajectory(trajectory_id, b.calls_of(("deny", b.commit("deny")), ("allow", b.commit())), **overrides)
+
+
+def totals(out):
+    return load_json(out / "metrics.json")["totals"]
+
+
+def inputs_by_name(out):
+    return {os.path.basename(r["file"]): r for r in load_json(out / "manifest.json")["inputs"]}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("reference")
+    assert main(["generate", "--output", str(folder), "--profile", "reference-1200"]) == 0
+    return folder
+
+
+def test_a_copied_shard_and_a_corrupt_file_count_once_and_are_named(reference, tmp_path, score_cli, capsys):
+    # The issue's done-when: 1,200 trajectories, 37 over-penalized, 300 duplicates dropped, exit 4.
+    folder = tmp_path / "night"
+    shutil.copytree(reference, folder)
+    shutil.copy(folder / "part-00001-of-00004.parquet", folder / "part-00001-copy.parquet")
+    (folder / "part-corrupt.parquet").write_bytes(b"PAR1 this is not a parquet file PAR1")
+    code, out = score_cli([folder / "*.parquet"])
+    assert code == 4
+    metrics = load_json(out / "metrics.json")
+    t = metrics["totals"]
+    assert t["trajectories"]["input"] == 1200 and t["trajectories"]["duplicates_dropped"] == 300
+    assert t["over_penalized"] == 37 and t["under_penalized"] == 9
+    assert metrics["inputs"] == {"files": 6, "unreadable_files": 1, "rows_declared": 1500, "rows_read": 1500}
+    for group in metrics["groups"] + [t]:
+        # Conservation: rows read = input + duplicates dropped, per group and in total.
+        assert group["trajectories"]["input"] == group["trajectories"]["scored"] + group["trajectories"]["unscored"]
+    assert sum(g["trajectories"]["input"] + g["trajectories"]["duplicates_dropped"] for g in metrics["groups"]) == 1500
+    assert inputs_by_name(out)["part-corrupt.parquet"]["error"]
+    assert pq.read_table(out / "scored").num_rows == t["calls"]["scored"]
+    printed = capsys.readouterr().out
+    assert "1200 trajectories from 6 shard(s)" in printed and "300 duplicate(s) dropped" in printed
+    assert "part-corrupt.parquet unreadable" in printed
+
+
+def test_one_file_under_several_spellings_is_read_once(tmp_path, score_cli):
+    path = b.write_shard(tmp_path / "a.parquet", [good("t1"), good("t2")])
+    os.symlink(path, tmp_path / "link.parquet")
+    code, out = score_cli([path, f"{tmp_path}/./a.parquet", tmp_path / "link.parquet", f"{tmp_path}//a.parquet"])
+    assert code == 0
+    (report,) = load_json(out / "manifest.json")["inputs"]
+    assert report["file"] == os.path.realpath(path) and len(report["aliases"]) == 3
+    assert totals(out)["trajectories"]["input"] == 2 and totals(out)["trajectories"]["duplicates_dropped"] == 0
+
+
+def test_copies_of_a_trajectory_count_once_and_conflicting_ones_are_unscored(tmp_path, score_cli):
+    b.write_shard(tmp_path / "a.parquet", [good("same"), good("differs"), good("solo")])
+    b.write_shard(tmp_path / "b.parquet", [good("same"), good("differs", verbal_stance="refused"), good("same")])
+    code, out = score_cli([tmp_path / "*.parquet"])
+    assert code == 0
+    t = totals(out)
+    assert t["trajectories"]["duplicates_dropped"] == 2  # "same": one kept, two dropped
+    assert t["trajectories"]["input"] == 4 and t["trajectories"]["scored"] == 2
+    assert t["trajectories"]["unscored_by_reason"]["duplicate_trajectory"] == 2
+    unscored = pq.read_table(out / "unscored").to_pylist()
+    assert sorted((r["trajectory_id"], r["reasons"][0]) for r in unscored) == [
+        ("differs", "duplicate_trajectory"), ("differs", "duplicate_trajectory")]
+    assert all("2 copies differ" in r["detail"] for r in unscored)
+    kept = pq.read_table(out / "scored").to_pylist()
+    assert {(r["trajectory_id"], r["source_file"].rsplit("/", 1)[1], r["source_row"]) for r in kept} == {
+        ("same", "a.parquet", 0), ("solo", "a.parquet", 2)}
+
+
+def test_the_same_id_in_another_run_is_another_trajectory(tmp_path, score_cli):
+    b.write_shard(tmp_path / "a.parquet", [good("t1"), good("t1", run_id="run-2")])
+    code, out = score_cli([tmp_path / "a.parquet"])
+    assert code == 0 and totals(out)["trajectories"]["scored"] == 2
+
+
+@pytest.mark.parametrize("field", ["agent", "tool", "arguments", "trajectory_id"])
+def test_invalid_utf8_costs_only_its_own_row(tmp_path, score_cli, field):
+    bad = good("bad")
+    if field == "tool":
+        bad["calls"][1]["tool"] = b"write_\xfffile"
+    elif field == "arguments":
+        bad["calls"][0]["arguments"] = b'{"path": "/tmp/\xc3"}'
+    else:
+        bad[field] = b"ag\xffent-\xfe"
+    b.write_shard(tmp_path / "a.parquet", [good("t1"), bad, good("t2")])
+    code, out = score_cli([tmp_path / "a.parquet"])
+    assert code == 0
+    t = totals(out)
+    assert t["trajectories"]["scored"] == 2 and t["trajectories"]["unscored_by_reason"]["invalid_text"] == 1
+    # Every output reads back as valid UTF-8.
+    for folder in ("scored", "unscored"):
+        pq.read_table(out / folder).validate(full=True)
+    (record,) = pq.read_table(out / "unscored").to_pylist()
+    assert record["reasons"] == ["invalid_text"] and "not UTF-8" in record["detail"]
+    assert "\ufffd" in str(record["input_row"]) or "\ufffd" in record["trajectory_id"]
+
+
+@pytest.mark.parametrize("flags", [["--adjudication", "strict"], ["--policy", "configs/policy.yaml"]])
+def test_deeply_nested_json_costs_only_its_own_row(tmp_path, score_cli, flags):
+    deep = good("deep")
+    nested = "[" * 400 + "]" * 400
+    deep["calls"][0]["arguments"] = f'{{"path": {nested}}}'
+    deep["calls"][0]["commit"]["resolved_arguments"] = f'{{"path": {nested[:-1]}1]}}'
+    rows = [good(f"t{i}") for i in range(5)] + [deep]
+    b.write_shard(tmp_path / "a.parquet", rows)
+    code, out = score_cli([tmp_path / "a.parquet"], *flags)
+    assert code == 0
+    t = totals(out)
+    assert t["trajectories"]["scored"] == 5 and t["trajectories"]["unscored_by_reason"]["too_large"] == 1
+    assert "pipeline_error" not in t["trajectories"]["unscored_by_reason"]
+
+
+def test_bounds_are_options_and_go_into_the_manifest(tmp_path, score_cli):
+    long_text = good("long")
+    long_text["calls"][0]["arguments"] = '{"content": "' + "x" * 5000 + '"}'
+    many = b.trajectory("many", [b.call(f"c{i}", i) for i in range(6)])
+    b.write_shard(tmp_path / "a.parquet", [good("t1"), long_text, many])
+    code, out = score_cli([tmp_path / "a.parquet"], "--max_text_bytes", "1000", "--max_calls_per_trajectory", "5")
+    assert code == 0
+    assert totals(out)["trajectories"]["unscored_by_reason"]["too_large"] == 2
+    options = load_json(out / "manifest.json")["options"]
+    assert (options["max_text_bytes"], options["max_calls_per_trajectory"], options["max_json_depth"]) == (1000, 5, 64)
+    details = sorted(r["detail"] for r in pq.read_table(out / "unscored").to_pylist())
+    assert details == ["too large: calls[].arguments", "too large: over 5 calls"]
+
+
+@pytest.mark.parametrize("flag", ["--max_text_bytes=0", "--max_json_depth=1000", "--max_slice_keys=-1"])
+def test_a_bound_out_of_range_is_a_usage_error(tmp_path, score_cli, capsys, flag):
+    b.write_shard(tmp_path / "a.parquet", [good("t1")])
+    code, _ = score_cli([tmp_path / "a.parquet"], flag)
+    assert code == 2 and flag.split("=")[0] in capsys.readouterr().err
+
+
+def hostile_mix(folder):
+    """Two shards with every row-level defect, in row groups of 7 and 3."""
+    rows = [good(f"t{i:02d}") for i in range(40)]
+    rows[3]["calls"][0]["arguments"] = '{"a": ' + "[" * 300 + "]" * 300 + "}"
+    rows[5]["agent"] = b"bad\xff"
+    rows[8]["calls"][1]["arguments"] = '{"a": "' + "y" * 3000 + '"}'
+    rows[13]["calls"][0]["arguments"] = "{broken"
+    rows[21] = dict(rows[20])  # an exact copy
+    rows[34] = dict(rows[33], task_id="other")  # a conflicting copy
+    wide = s.TRAJECTORY.set(8, pa.field("call_count", pa.int64()))
+    int64_rows = [dict(r) for r in rows[:20]]
+    int64_rows[11]["call_count"] = 2 ** 40
+    b.write_shard(folder / "a.parquet", int64_rows, row_group_size=7, schema=wide)
+    text = s.TRAJECTORY.set(8, pa.field("call_count", pa.string()))
+    text_rows = [dict(r, call_count=str(r["call_count"])) for r in rows[20:]]
+    text_rows[6]["call_count"] = "many"
+    b.write_shard(folder / "b.parquet", text_rows, row_group_size=3, schema=text)
+
+
+def test_results_do_not_depend_on_batch_size_or_row_groups(tmp_path, score_cli):
+    hostile_mix(tmp_path)
+    documents = set()
+    for batch_rows in ("1", "7", "100", None):
+        flags = ["--max_text_bytes", "2000", "--adjudication", "strict"]
+        code, out = score_cli([tmp_path / "*.parquet"], *flags, *(["--batch_rows", batch_rows] if batch_rows else []))
+        assert code == 0
+        documents.add((out / "metrics.json").read_bytes())
+    assert len(documents) == 1
+    t = load_json(out / "metrics.json")["totals"]["trajectories"]
+    assert t["input"] == 39 and t["duplicates_dropped"] == 1
+    reasons = t["unscored_by_reason"]
+    assert (reasons["too_large"], reasons["invalid_text"], reasons["duplicate_trajectory"]) == (2, 1, 2)
+    assert reasons["missing_field"] == 2  # the two call_counts that cannot be read, and only those
+    assert t["scored"] == 39 - 2 - 1 - 2 - 2 - 1  # and the malformed call
+
+
+def corrupt_row_group(path, group):
+    """Overwrites the start of one row group's first column chunk with garbage."""
+    chunk = pq.ParquetFile(path).metadata.row_group(group).column(0)
+    data = bytearray(open(path, "rb").read())
+    start = chunk.data_page_offset
+    data[start:start + 64] = b"\xff" * 64
+    open(path, "wb").write(bytes(data))
+
+
+def test_a_corrupt_row_group_costs_its_rows_and_is_counted(tmp_path, score_cli):
+    path = b.write_shard(tmp_path / "half.parquet", [good(f"t{i:03d}") for i in range(500)], row_group_size=100)
+    corrupt_row_group(path, 2)
+    corrupt_row_group(path, 4)
+    code, out = score_cli([path])
+    assert code == 4
+    metrics = load_json(out / "metrics.json")
+    assert metrics["inputs"] == {"files": 1, "unreadable_files": 1, "rows_declared": 500, "rows_read": 300}
+    assert metrics["totals"]["trajectories"]["input"] == 300
+    (report,) = load_json(out / "manifest.json")["inputs"]
+    assert report["row_groups_unreadable"] == [2, 4] and report["error"].startswith("200 of 500 rows unreadable")
+    # source_row is the row's place in the file, past the lost row group too.
+    rows = sorted(set(pq.read_table(out / "scored")["source_row"].to_pylist()))
+    assert rows == list(range(200)) + list(range(300, 400))
+
+
+def test_every_matched_path_is_read_or_named(tmp_path, score_cli):
+    b.write_shard(tmp_path / "good.parquet", [good("t1")])
+    os.symlink(tmp_path / "gone.parquet", tmp_path / "broken.parquet")
+    os.symlink(tmp_path / "loop.parquet", tmp_path / "loop.parquet")
+    (tmp_path / "spark.parquet").mkdir()
+    b.write_shard(tmp_path / "spark.parquet" / "part-0.parquet", [good("t2")])
+    os.mkfifo(tmp_path / "fifo.parquet")
+    code, out = score_cli([tmp_path / "*.parquet"])  # must not hang on the pipe
+    assert code == 4
+    reports = inputs_by_name(out)
+    assert set(reports) == {"good.parquet", "broken.parquet", "loop.parquet", "spark.parquet", "fifo.parquet"}
+    assert reports["good.parquet"]["error"] is None
+    assert "folder" in reports["spark.parquet"]["error"] and "pipe" in reports["fifo.parquet"]["error"]
+    assert all(reports[name]["error"] for name in ("broken.parquet", "loop.parquet"))
+    assert totals(out)["trajectories"]["input"] == 1
+    assert load_json(out / "metrics.json")["inputs"]["unreadable_files"] == 4
+
+
+def test_a_file_that_shares_no_column_with_the_contract_is_unreadable(tmp_path, score_cli):
+    pq.write_table(pa.table({"x": list(range(300)), "y": list(range(300))}), tmp_path / "other.parquet")
+    b.write_shard(tmp_path / "good.parquet", [good("t1")])
+    code, out = score_cli([tmp_path / "*.parquet"])
+    assert code == 4
+    assert "no column of the trajectory contract" in inputs_by_name(out)["other.parquet"]["error"]
+    assert totals(out)["trajectories"]["input"] == 1
+
+
+def test_many_distinct_tools_keep_metrics_small(tmp_path, score_cli):
+    rows = [b.trajectory(f"t{i}", [b.call(f"c{j}", j, tool=f"tool-{i}-{j}") for j in range(3)]) for i in range(1000)]
+    b.write_shard(tmp_path / "a.parquet", rows)
+    code, out = score_cli([tmp_path / "a.parquet"], "--max_slice_keys", "50")
+    assert code == 0
+    metrics = load_json(out / "metrics.json")
+    for doc in metrics["groups"] + [metrics["totals"]]:
+        tools = doc["slices"]["tool"]
+        assert len(tools) == 51 and sum(tool["calls"] for tool in tools.values()) == 3000
+    assert os.path.getsize(out / "metrics.json") < 200_000

@@ -1,0 +1,135 @@
+"""`litmus-score nightly`: a night scored under its root against the latest
+earlier complete night, safe to re-run, never over another night."""
+
+import shutil
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline import synthetic
+from pipeline.cli import main
+from tests.conftest import RUNNER, load_json
+from tests.test_publish import CRASH, ROOT, one_line_error
+
+AGENT = synthetic.AGENTS[3]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The harness's folders: runs/DATE/*.parquet; 2026-12-01 has a planted rise."""
+    root = tmp_path_factory.mktemp("runs")
+    synthetic.generate(str(root / "2026-11-29"), 6000, 2, seed=20)
+    synthetic.generate(str(root / "2026-11-30"), 6000, 2, seed=21)
+    synthetic.generate(str(root / "2026-12-01"), 6000, 2, seed=22, misuse_factor={AGENT: 2.0})
+    return root
+
+
+def nightly(runs, root, date, *flags):
+    return main(["nightly", "--date", date, "--input", str(runs / "{date}" / "*.parquet"),
+                 "--output-root", str(root), *flags, *RUNNER])
+
+
+def test_a_night_is_compared_with_the_latest_earlier_complete_night(runs, tmp_path, capsys):
+    root = tmp_path / "scores"
+    assert nightly(runs, root, "2026-11-30") == 0
+    first = root / "date=2026-11-30"
+    assert "baseline none" in capsys.readouterr().out
+    assert not (first / "comparison.json").exists() and (first / "_SUCCESS").exists()
+    manifest = load_json(first / "manifest.json")
+    assert manifest["night"] == {"date": "2026-11-30", "inputs": [str(runs / "2026-11-30" / "*.parquet")]}
+    assert manifest["input_rows"] == 6000
+
+    assert nightly(runs, root, "2026-12-01") == 3
+    assert f"baseline {first}" in capsys.readouterr().out
+    night = root / "date=2026-12-01"
+    comparison = load_json(night / "comparison.json")
+    assert comparison["regressions"] == [AGENT]
+    assert load_json(night / "manifest.json")["options"]["baseline"] == str(first)
+    metrics = (night / "metrics.json").read_bytes()
+
+    # The same night again replaces its own run: same answer, counted once.
+    assert nightly(runs, root, "2026-12-01", "--direct_num_workers=1") == 3
+    assert (night / "metrics.json").read_bytes() == metrics
+    scored_calls = load_json(night / "metrics.json")["totals"]["calls"]["scored"]
+    assert pq.read_table(night / "scored").num_rows == scored_calls
+    listed = [e for e in load_json(night / "manifest.json")["outputs"] if e["path"].startswith("scored/")]
+    assert sum(e["rows"] for e in listed) == scored_calls
+    assert sorted(p.name for p in (night / "scored").iterdir()) == [e["path"][len("scored/"):] for e in listed]
+
+
+def test_incomplete_and_other_mode_nights_are_not_baselines(runs, tmp_path, capsys):
+    root = tmp_path / "scores"
+    assert nightly(runs, root, "2026-11-29") == 0
+    assert nightly(runs, root, "2026-11-30") == 0
+    (root / "date=2026-11-30" / "_SUCCESS").unlink()  # as if killed before it finished
+    capsys.readouterr()
+    assert nightly(runs, root, "2026-12-01") == 3
+    assert f"baseline {root / 'date=2026-11-29'}" in capsys.readouterr().out
+    # Its own night again: the unfinished attempt is replaced; a later night is never a baseline.
+    assert nightly(runs, root, "2026-11-30") == 0
+    assert f"baseline {root / 'date=2026-11-29'}" in capsys.readouterr().out
+    assert (root / "date=2026-11-30" / "_SUCCESS").exists()
+    # No earlier night was scored in strict mode.
+    assert nightly(runs, root, "2026-12-01", "--adjudication", "strict") == 0
+    assert "baseline none" in capsys.readouterr().out
+    assert not (root / "date=2026-12-01" / "comparison.json").exists()
+
+
+def test_a_crashed_night_is_replaced_by_its_rerun(runs, tmp_path):
+    root = tmp_path / "scores"
+    assert nightly(runs, root, "2026-11-30") == 0
+    argv = ["nightly", "--date", "2026-12-01", "--input", str(runs / "{date}" / "*.parquet"),
+            "--output-root", str(root), "--batch_rows", "700", "--direct_num_workers=2",
+            "--direct_running_mode=multi_threading", *RUNNER]
+    done = subprocess.run([sys.executable, "-c", CRASH, *argv], cwd=ROOT, capture_output=True, timeout=300)
+    assert done.returncode == -9, done.stderr.decode()[-2000:]
+    night = root / "date=2026-12-01"
+    assert (night / ".lock").exists() and not (night / "metrics.json").exists()
+    crashed_rows = pq.read_table(night / "scored").num_rows
+
+    assert nightly(runs, root, "2026-12-01", "--direct_num_workers=1") == 3
+    metrics = load_json(night / "metrics.json")
+    assert pq.read_table(night / "scored").num_rows == metrics["totals"]["calls"]["scored"] == crashed_rows
+    assert metrics["totals"]["trajectories"]["input"] == 6000
+    assert len(list((night / "scored").iterdir())) == 1
+
+
+def test_another_nights_results_are_never_written_over(runs, tmp_path, capsys):
+    root = tmp_path / "scores"
+    assert nightly(runs, root, "2026-11-30") == 0
+    shutil.copytree(root / "date=2026-11-30", root / "date=2026-12-01")
+    before = (root / "date=2026-12-01" / "metrics.json").read_bytes()
+    capsys.readouterr()
+    for flags in ((), ("--replace",)):
+        assert nightly(runs, root, "2026-12-01", *flags) == 2
+        assert one_line_error(capsys).endswith(
+            "holds the results of another night ('2026-11-30'), not 2026-12-01; refusing to write over them")
+    assert (root / "date=2026-12-01" / "metrics.json").read_bytes() == before
+    # The same night from other inputs: only with --replace.
+    other = ["--input", str(runs / "2026-11-29" / "*.parquet")]
+    assert main(["nightly", "--date", "2026-11-30", *other, "--output-root", str(root), *RUNNER]) == 2
+    assert "scored from other inputs" in one_line_error(capsys)
+    assert main(["nightly", "--date", "2026-11-30", *other, "--output-root", str(root), "--replace", *RUNNER]) == 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--date", "2026-13-01"], "--date must be a date written YYYY-MM-DD, got '2026-13-01'"),
+    (["--date", "20261201"], "--date must be a date written YYYY-MM-DD, got '20261201'"),
+    (["--date", "2026-2-1"], "--date must be a date written YYYY-MM-DD, got '2026-2-1'"),
+    (["--date", "2026-12-01", "--adjudicaton", "strict"],
+     "unknown option --adjudicaton (did you mean --adjudication?)"),
+    (["--date", "2026-12-01", "--output-rot", "x"], "unknown option --output-rot (did you mean --output-root?)"),
+    (["--date", "2026-12-01", "--output", "x"], "nightly chooses --output itself (under --output-root); drop it"),
+    (["--date", "2026-12-01", "--baseline=x"], "nightly chooses --baseline itself (under --output-root); drop it"),
+    (["--date", "2026-12-01", "--adjudication", "lax"], None),
+])
+def test_bad_invocations_are_one_line(runs, tmp_path, capsys, argv, message):
+    argv = [*argv, "--input", str(runs / "{date}" / "*.parquet")]
+    if "--output-rot" not in argv:
+        argv += ["--output-root", str(tmp_path / "scores")]
+    assert main(["nightly", *argv, *RUNNER]) == 2
+    line = one_line_error(capsys)
+    assert line == f"litmus-score: {message}" if message else "lax" in line
+    assert not (tmp_path / "scores").exists()

@@ -1,0 +1,300 @@
+"""Stage 1b: duplicates. A (run_id, trajectory_id) is one trajectory, whatever
+file it came from (scoring.trajectory.resolve_duplicates is the rule).
+
+Found without shuffling whole rows:
+
+    key index        every shard's (run_id, trajectory_id) columns only, as
+                     64-bit hashes per row
+    candidates       hashes seen more than once, found per hash bucket
+    fingerprints     only the candidate rows are read whole, and their
+                     contract columns fingerprinted (sha256)
+    decisions        per exact key: identical copies keep the first (by
+                     file and row) and drop the others; differing copies
+                     are all in conflict
+
+The decisions reach the main read as a side input (usually empty), where
+`SetAsideDuplicates` drops the extra copies, counting them per group, and
+turns conflicting ones into UNSCORED records (duplicate_trajectory). A hash
+collision costs only a needless look at a row: decisions compare exact keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from apache_beam.metrics import Metrics
+
+from scoring import contract as c
+from scoring import metrics as m
+from scoring.trajectory import CONFLICT, DROP, resolve_duplicates
+from transforms import NAMESPACE
+from transforms import schema as s
+from transforms.classify import STATS, group_codes
+from transforms.read import _UNREADABLE, Shard, _open, conform_array, conform_batch, shares_contract
+from transforms.records import UNSCORED, unscored_table
+
+KEY_COLUMNS = ("run_id", "trajectory_id")
+BUCKETS = 64
+# Copies named in a conflict's detail; the rest are counted.
+MAX_COPIES_SHOWN = 5
+
+_MIX = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
+
+
+def _mixed(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer: every input bit reaches every output bit."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * _MIX[0]
+    x = x ^ (x >> np.uint64(27))
+    x = x * _MIX[1]
+    return x ^ (x >> np.uint64(31))
+
+
+def text_hashes(texts: pa.Array) -> np.ndarray:
+    """A 64-bit hash of each string's bytes (nulls hash like empty strings).
+
+    Polynomial over the bytes, from prefix sums of the whole data buffer, so
+    it is computed on whole columns. It is a bucketing hash, not a
+    cryptographic one: equal hashes are only candidates.
+    """
+    texts = pc.fill_null(texts, "").cast(pa.large_binary())
+    offsets = np.frombuffer(texts.buffers()[1], np.int64)[texts.offset:texts.offset + len(texts) + 1]
+    data = texts.buffers()[2]
+    data = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+    with np.errstate(over="ignore"):
+        base, inverse = np.uint64(0x100000001B3), np.uint64(0xCE965057AFF6957B)  # odd, and its inverse mod 2^64
+        powers = np.cumprod(np.full(len(data), base, np.uint64))
+        prefix = np.concatenate([[np.uint64(0)], np.cumsum(data.astype(np.uint64) * powers, dtype=np.uint64)])
+        start, end = offsets[:-1], offsets[1:]
+        undo = np.concatenate([[np.uint64(1)], np.cumprod(np.full(len(data), inverse, np.uint64))])
+        hashes = (prefix[end] - prefix[start]) * undo[start]
+        return _mixed(hashes ^ _mixed((end - start).astype(np.uint64)))
+
+
+def key_hashes(run_id: pa.Array, trajectory_id: pa.Array) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return _mixed(text_hashes(run_id) * np.uint64(31) + text_hashes(trajectory_id))
+
+
+@dataclass(frozen=True)
+class KeyIndex:
+    """One shard's key hashes, for the rows whose key has no null."""
+
+    path: str
+    rows: np.ndarray  # int64 row positions in the file
+    hashes: np.ndarray  # uint64
+
+
+class IndexKeysFn(beam.DoFn):
+    """A Shard -> its KeyIndex, reading the two key columns only."""
+
+    def process(self, shard: Shard):
+        index = self._index(shard.path) if shard.error is None else None
+        if index is not None:
+            yield index
+
+    @staticmethod
+    def _index(path: str):
+        rows, hashes = [], []
+        try:
+            with _open(path) as handle:
+                parquet = pq.ParquetFile(handle)
+                if not (shares_contract(parquet.schema_arrow) and set(KEY_COLUMNS) <= set(parquet.schema_arrow.names)):
+                    return None
+                start = 0
+                for group in range(parquet.metadata.num_row_groups):
+                    size = parquet.metadata.row_group(group).num_rows
+                    try:
+                        table = parquet.read_row_group(group, columns=list(KEY_COLUMNS), use_threads=False)
+                        keys = [conform_array(table[name].combine_chunks(), pa.string(), name).array
+                                for name in KEY_COLUMNS]
+                    except _UNREADABLE:
+                        keys = None  # the main read reports this row group
+                    if keys is not None:
+                        present = ~np.asarray(pc.or_(keys[0].is_null(), keys[1].is_null()), bool)
+                        rows.append(start + np.flatnonzero(present))
+                        hashes.append(key_hashes(*keys)[present])
+                    start += size
+        except _UNREADABLE:
+            return None  # the main read reports the file
+        return KeyIndex(path, np.concatenate(rows), np.concatenate(hashes)) if rows else None
+
+
+def _by_bucket(index: KeyIndex):
+    bucket = index.hashes >> np.uint64(58)
+    for b in np.unique(bucket).tolist():
+        yield b, index.hashes[bucket == b]
+
+
+def _repeated(bucket_hashes) -> np.ndarray:
+    _, arrays = bucket_hashes
+    values, counts = np.unique(np.concatenate(list(arrays)), return_counts=True)
+    return values[counts > 1]
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A row whose key hash is shared, identified by where it is, with its fingerprint."""
+
+    origin: tuple  # (file, row)
+    fingerprint: str
+
+
+def fingerprint(row: dict) -> str:
+    """sha256 of a row's contract columns (and what reading found), as canonical JSON."""
+    text = json.dumps(row, sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+_FINGERPRINTED = tuple(s.TRAJECTORY.names) + (s.INVALID_TEXT, s.TOO_LARGE)
+
+
+class FingerprintCandidatesFn(beam.DoFn):
+    """A KeyIndex and the repeated hashes -> (exact key, Copy) of each candidate row."""
+
+    def __init__(self, max_text_bytes: int):
+        self._max_text_bytes = max_text_bytes
+
+    def process(self, index: KeyIndex, repeated):
+        candidates = np.concatenate(list(repeated)) if repeated else np.zeros(0, np.uint64)
+        wanted = index.rows[np.isin(index.hashes, candidates)]
+        if not len(wanted):
+            return
+        try:
+            with _open(index.path) as handle:
+                parquet = pq.ParquetFile(handle)
+                ends = np.cumsum([parquet.metadata.row_group(g).num_rows
+                                  for g in range(parquet.metadata.num_row_groups)])
+                groups = np.searchsorted(ends, wanted, side="right")
+                for group in np.unique(groups).tolist():
+                    start = int(ends[group - 1]) if group else 0
+                    try:
+                        table = parquet.read_row_group(group, use_threads=False)
+                    except _UNREADABLE:
+                        continue  # unread rows are not part of the run
+                    local = wanted[groups == group] - start
+                    batch = table.take(pa.array(local)).combine_chunks().to_batches()[0]
+                    conformed, _ = conform_batch(batch, index.path, 0, self._max_text_bytes)
+                    for position, row in zip(local.tolist(), conformed.select(list(_FINGERPRINTED)).to_pylist()):
+                        key = (row["run_id"], row["trajectory_id"])
+                        yield key, Copy((index.path, start + position), fingerprint(row))
+        except _UNREADABLE:
+            return
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What happens to one row: DROP (an identical copy is kept) or CONFLICT."""
+
+    row: int
+    action: str
+    detail: str = ""
+
+
+def decide(keyed_copies):
+    """(key, Copies) -> (file, Decision) for every copy but the kept one.
+
+    The rule is scoring.trajectory.resolve_duplicates, on fingerprints."""
+    (run_id, trajectory_id), copies = keyed_copies
+    copies = sorted(copies, key=lambda copy: copy.origin)
+    # A single copy was a hash collision: resolve_duplicates decides nothing.
+    decisions = resolve_duplicates((copy.origin, (run_id, trajectory_id), copy.fingerprint) for copy in copies)
+    shown = ", ".join(f"{path} row {row}" for path, row in (copy.origin for copy in copies[:MAX_COPIES_SHOWN]))
+    more = f" and {len(copies) - MAX_COPIES_SHOWN} more" if len(copies) > MAX_COPIES_SHOWN else ""
+    for copy in copies:
+        action = decisions[copy.origin]
+        if action == DROP:
+            yield copy.origin[0], Decision(copy.origin[1], DROP)
+        elif action == CONFLICT:
+            yield copy.origin[0], Decision(copy.origin[1], CONFLICT, f"{len(copies)} copies differ: {shown}{more}")
+
+
+class FindDuplicates(beam.PTransform):
+    """Shards -> (file, [Decision]) for every file holding a dropped or conflicting copy."""
+
+    def __init__(self, max_text_bytes: int):
+        super().__init__()
+        self._max_text_bytes = max_text_bytes
+
+    def expand(self, shards):
+        index = shards | "Index keys" >> beam.ParDo(IndexKeysFn())
+        repeated = (
+            index
+            | "Bucket key hashes" >> beam.FlatMap(_by_bucket)
+            | "Group buckets" >> beam.GroupByKey()
+            | "Find repeated hashes" >> beam.Map(_repeated)
+        )
+        return (
+            index
+            | "Fingerprint candidates" >> beam.ParDo(FingerprintCandidatesFn(self._max_text_bytes),
+                                                     beam.pvalue.AsList(repeated))
+            | "Group copies by key" >> beam.GroupByKey()
+            | "Decide copies" >> beam.FlatMap(decide)
+            | "Group decisions by file" >> beam.GroupByKey()
+            | "Index decisions" >> beam.MapTuple(lambda path, decisions: (path, sorted(decisions, key=lambda d: d.row)))
+        )
+
+
+class SetAsideDuplicatesFn(beam.DoFn):
+    """Batches -> batches without the dropped and conflicting copies (main),
+    UNSCORED records of conflicting ones, and the dropped copies' counts (`stats`)."""
+
+    def __init__(self):
+        self._dropped = Metrics.counter(NAMESPACE, "duplicates_dropped")
+        self._conflicting = Metrics.counter(NAMESPACE, "duplicates_conflicting")
+
+    def process(self, batch: pa.RecordBatch, decisions: dict):
+        mine = decisions.get(batch.column(s.SOURCE_FILE)[0].as_py()) if decisions and batch.num_rows else None
+        decided = {d.row: d for d in mine or ()}
+        positions = batch.column(s.SOURCE_ROW).to_numpy()
+        at = np.flatnonzero(np.isin(positions, np.fromiter(decided, np.int64, len(decided)))) if decided else ()
+        if len(at):
+            yield from self._set_aside(batch, positions, decided, at)
+        else:
+            yield batch
+
+    def _set_aside(self, batch, positions, decided, at):
+        actions = [decided[row] for row in positions[at].tolist()]
+        dropped = at[[d.action == DROP for d in actions]]
+        conflicting = at[[d.action == CONFLICT for d in actions]]
+        if len(dropped):
+            self._dropped.inc(len(dropped))
+            yield beam.pvalue.TaggedOutput(STATS, dropped_statistics(batch.take(pa.array(dropped))))
+        if len(conflicting):
+            self._conflicting.inc(len(conflicting))
+            details = [decided[row].detail for row in positions[conflicting].tolist()]
+            yield beam.pvalue.TaggedOutput(UNSCORED, unscored_table(
+                batch.take(pa.array(conflicting)), [[c.DUPLICATE_TRAJECTORY]] * len(conflicting), details))
+        keep = np.ones(batch.num_rows, bool)
+        keep[at] = False
+        if keep.any():
+            yield batch.filter(pa.array(keep))
+
+
+def dropped_statistics(rows: pa.RecordBatch) -> dict:
+    """Per-group statistics of dropped copies: they count in duplicates_dropped only."""
+    group, keys = group_codes(rows.column("run_id"), rows.column("agent"))
+    counts = np.bincount(group, minlength=len(keys))
+    return {keys[g]: m.merge(m.new_group(), {"counts": {"duplicates_dropped": int(n)}})
+            for g, n in enumerate(counts.tolist()) if n}
+
+
+class SetAsideDuplicates(beam.PTransform):
+    """Batches and the decisions of FindDuplicates -> batches (main), `unscored`, `stats`."""
+
+    def __init__(self, decisions):
+        super().__init__()
+        self._decisions = decisions
+
+    def expand(self, batches):
+        return batches | "Set aside duplicates" >> beam.ParDo(
+            SetAsideDuplicatesFn(), beam.pvalue.AsDict(self._decisions)
+        ).with_output_types(pa.RecordBatch, **{UNSCORED: pa.Table, STATS: dict}).with_outputs(
+            UNSCORED, STATS, main="batches")
