@@ -8,6 +8,7 @@ import pytest
 dask_distributed = pytest.importorskip("dask.distributed")
 
 import apache_beam as beam  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
 from apache_beam import pvalue  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
@@ -76,7 +77,8 @@ def test_a_batch_that_raises_on_a_worker_goes_to_the_failed_dead_letter(tmp_path
     assert_same_run(tmp_path / "dask", tmp_path / "fnapi")
     totals = load_json(tmp_path / "dask" / "metrics.json")["totals"]["trajectories"]
     assert totals["unscored_by_reason"]["pipeline_error"] == 3
-    assert sorted(p.name for p in (tmp_path / "dask" / "unscored").iterdir())[0].startswith("failed-")
+    (failed,) = (tmp_path / "dask" / "unscored").glob("failed-*.parquet")
+    assert pq.read_metadata(failed).num_rows == 3
 
 
 class _SplitByParity(beam.DoFn):

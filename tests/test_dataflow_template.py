@@ -83,8 +83,10 @@ def test_a_worker_can_install_the_sdist(sdist, tmp_path):
 
 
 def test_every_template_parameter_is_a_cli_option_and_every_cli_option_a_parameter():
+    # A flag without a value (--replace) cannot be one: the launcher passes --name=value.
     parameters = {p["name"]: p for p in metadata()["parameters"]}
-    assert set(parameters) == set(cli_options())
+    valued = {name for name, action in cli_options().items() if action.nargs != 0}
+    assert set(parameters) == valued
     for parameter in parameters.values():
         assert parameter["label"] and len(parameter["helpText"]) > 20
         assert parameter["regexes"] and all(re.compile(r) for r in parameter["regexes"])
@@ -114,6 +116,7 @@ def test_the_required_cli_options_are_the_required_parameters(tmp_path):
     ("policy", ["/template/configs/policy.yaml", "p.yml"], ["policy.json"]),
     ("baseline", ["gs://b/scores/2026-11-29"], ["scores/2026-11-29"]),
     ("thresholds", ["/template/configs/thresholds.yaml"], ["t.txt"]),
+    ("max_json_depth", ["1", "64"], ["0", "deep"]),
 ])
 def test_the_validation_regexes(name, good, bad):
     (regex,) = next(p for p in metadata()["parameters"] if p["name"] == name)["regexes"]
