@@ -109,7 +109,8 @@ def score(argv, night=None) -> int:
 
     from pipeline import graph, publish
     from pipeline.flags import check_flags
-    from pipeline.options import ScoreOptions, UsageError, load_baseline_metrics, validate, with_local_parallelism
+    from pipeline.options import (ScoreOptions, UsageError, load_baseline_metrics, validate, with_local_parallelism,
+                                  with_our_runners)
     from transforms.read import NoMatchingShards
 
     if any(arg.split("=")[0] == "--input-format" for arg in argv):
@@ -123,6 +124,7 @@ def score(argv, night=None) -> int:
         ScoreOptions._add_argparse_args(parser)
         parser.print_help()
         return EXIT_OK
+    argv = with_our_runners(argv)
     try:
         check_flags(argv)
         options = PipelineOptions(with_local_parallelism(argv))

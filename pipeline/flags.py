@@ -18,7 +18,8 @@ from pipeline.options import UsageError
 # Beam modules that define runners' options outside pipeline_options (which
 # holds Dataflow's, Flink's, Spark's, Portable's, ...): imported so that
 # their subclasses register, if their runner's extras are installed.
-RUNNER_OPTION_MODULES = ("apache_beam.runners.render", "apache_beam.runners.dask.dask_runner")
+RUNNER_OPTION_MODULES = ("apache_beam.runners.render", "apache_beam.runners.dask.dask_runner",
+                         "pipeline.dask_runner")
 
 
 class _StrictParser(_BeamArgumentParser):

@@ -25,6 +25,17 @@ if TYPE_CHECKING:
 # past a few threads the GIL-bound rest dominates and only memory grows.
 MAX_LOCAL_WORKERS = 4
 _WORKER_FLAGS = ("--direct_num_workers", "--direct_running_mode")
+# Runners of ours by short name (Beam's own names resolve as Beam resolves them).
+RUNNERS = {"dask": "pipeline.dask_runner.DaskRunner"}
+
+
+def with_our_runners(argv: list) -> list:
+    """argv with `--runner dask` (or DaskRunner) naming our runner, before Beam parses it."""
+    def ours(name: str) -> str:
+        return RUNNERS.get(name.lower().removesuffix("runner"), name)
+
+    argv = [f"--runner={ours(a.partition('=')[2])}" if a.startswith("--runner=") else a for a in argv]
+    return [ours(a) if i and argv[i - 1] == "--runner" else a for i, a in enumerate(argv)]
 
 
 def with_local_parallelism(argv: list) -> list:

@@ -1,0 +1,132 @@
+"""`--runner dask` on a real scheduler with two worker processes: the same run as FnApiRunner's.
+
+Also tells us when Beam's own DaskRunner stops needing pipeline/dask_runner.py.
+"""
+
+import pytest
+
+dask_distributed = pytest.importorskip("dask.distributed")
+
+import apache_beam as beam  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+from apache_beam import pvalue  # noqa: E402
+from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
+
+from pipeline.cli import main  # noqa: E402
+from pipeline.options import with_our_runners  # noqa: E402
+from tests import builders as b  # noqa: E402
+from tests.conftest import RUNNER, load_json  # noqa: E402
+from tests.engines import assert_same_run, reference_data  # noqa: E402
+
+
+
+@pytest.fixture(scope="module")
+def scheduler():
+    """A two-worker LocalCluster (processes, loopback only), closed after the module's tests."""
+    with dask_distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                       dashboard_address=None) as cluster:
+        with dask_distributed.Client(cluster) as client:
+            yield client
+
+
+def dask_flags(client):
+    return ["--runner", "dask", "--dask_client_address", client.scheduler.address]
+
+
+def score(inputs, output, flags):
+    return main(["score", "--input", str(inputs), "--output", str(output), *flags])
+
+
+@pytest.mark.slow
+def test_a_run_on_dask_equals_fnapi(tmp_path, scheduler):
+    shards = reference_data(tmp_path / "ref")
+    assert score(shards, tmp_path / "fnapi", RUNNER) == 0
+    assert score(shards, tmp_path / "dask", dask_flags(scheduler)) == 0
+    assert_same_run(tmp_path / "dask", tmp_path / "fnapi")
+
+
+def _broken(batch):
+    raise RuntimeError("simulated bug")
+
+
+def _swap_completeness_reasons(replacement=None):
+    """On a worker: replaces (or, with None, restores) the completeness check's rule function."""
+    from transforms import completeness
+
+    if replacement is None:
+        completeness.completeness_reasons = completeness._original_completeness_reasons
+    else:
+        completeness._original_completeness_reasons = completeness.completeness_reasons
+        completeness.completeness_reasons = replacement
+
+
+@pytest.mark.slow
+def test_a_batch_that_raises_on_a_worker_goes_to_the_failed_dead_letter(tmp_path, scheduler, monkeypatch):
+    # The safety-net test of test_cli, on worker processes: the same simulated
+    # bug is planted in each worker (and, for FnApiRunner, in this process).
+    rows = [b.trajectory(f"t{i}", b.calls_of(("allow", b.commit()))) for i in range(3)]
+    rows[1]["episode_outcome"] = "truncated"
+    b.write_shard(tmp_path / "x.parquet", rows)
+    monkeypatch.setattr("transforms.completeness.completeness_reasons", _broken)
+    assert score(tmp_path / "x.parquet", tmp_path / "fnapi", RUNNER) == 4
+    scheduler.run(_swap_completeness_reasons, _broken)
+    try:
+        assert score(tmp_path / "x.parquet", tmp_path / "dask", dask_flags(scheduler)) == 4
+    finally:
+        scheduler.run(_swap_completeness_reasons)
+    assert_same_run(tmp_path / "dask", tmp_path / "fnapi")
+    totals = load_json(tmp_path / "dask" / "metrics.json")["totals"]["trajectories"]
+    assert totals["unscored_by_reason"]["pipeline_error"] == 3
+    (failed,) = (tmp_path / "dask" / "unscored").glob("failed-*.parquet")
+    assert pq.read_metadata(failed).num_rows == 3
+
+
+class _SplitByParity(beam.DoFn):
+    def process(self, n):
+        yield n if n % 2 == 0 else pvalue.TaggedOutput("odd", n)
+
+
+def _touch(folder, tag):
+    def write(n):
+        (folder / f"{tag}-{n}").touch()
+    return write
+
+
+def _split_to_files(runner, folder, client):
+    """Even numbers to the main output, odd ones to a tag; each output is its own sink: marker files."""
+    folder.mkdir()
+    options = PipelineOptions(["--dask_client_address", client.scheduler.address])
+    pipeline = beam.Pipeline(runner=runner, options=options)
+    split = pipeline | beam.Create([1, 2, 3, 4]) | beam.ParDo(_SplitByParity()).with_outputs("odd", main="even")
+    split.even | "Even" >> beam.Map(_touch(folder, "even"))
+    split.odd | "Odd" >> beam.Map(_touch(folder, "odd"))
+    result = pipeline.run()
+    result.wait_until_finish()
+    result.client.close()  # Beam's result leaves its client open
+    return sorted(path.name for path in folder.iterdir())
+
+
+@pytest.mark.slow
+def test_beams_own_dask_runner_still_needs_ours(tmp_path, scheduler):
+    from apache_beam.runners.dask.dask_runner import DaskRunner as BeamDaskRunner
+
+    from pipeline.dask_runner import DaskRunner
+
+    expected = ["even-2", "even-4", "odd-1", "odd-3"]
+    assert _split_to_files(DaskRunner(), tmp_path / "ours", scheduler) == expected
+    beams = _split_to_files(BeamDaskRunner(), tmp_path / "beams", scheduler)
+    assert beams != expected, (
+        "Beam's DaskRunner now routes tagged outputs and runs every sink: drop pipeline/dask_runner.py "
+        "and map `--runner dask` to Beam's runner (pipeline/options.py RUNNERS)"
+    )
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--runner", "dask"], ["--runner", "pipeline.dask_runner.DaskRunner"]),
+    (["--runner=DaskRunner", "--x"], ["--runner=pipeline.dask_runner.DaskRunner", "--x"]),
+    (["--runner", "FnApiRunner", "dask"], ["--runner", "FnApiRunner", "dask"]),
+    (["--runner", "apache_beam.runners.dask.dask_runner.DaskRunner"],
+     ["--runner", "apache_beam.runners.dask.dask_runner.DaskRunner"]),
+])
+def test_dask_is_our_runners_short_name(argv, expected):
+    assert with_our_runners(argv) == expected

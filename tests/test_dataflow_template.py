@@ -1,0 +1,145 @@
+"""The Dataflow Flex Template (deploy/dataflow): the package the workers get, and the parameters.
+
+The image itself is not built here (no container engine); what it ships is.
+"""
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tarfile
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.portability.stager import Stager
+
+from pipeline.options import ScoreOptions, UsageError, validate
+from scoring import contract as c
+from tests import builders as b
+from tests.conftest import RUNNER, load_json
+
+REPO = Path(__file__).resolve().parents[1]
+TEMPLATE = REPO / "deploy" / "dataflow"
+PACKAGES = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+
+
+def metadata() -> dict:
+    return json.loads((TEMPLATE / "metadata.json").read_text())
+
+
+def cli_options() -> dict:
+    """litmus-score's own score options: flag name -> argparse action."""
+    parser = argparse.ArgumentParser()
+    ScoreOptions._add_argparse_args(parser)
+    return {action.option_strings[0][2:]: action for action in parser._actions if action.option_strings[0] != "-h"}
+
+
+def modules_of(names) -> set:
+    return {name for name in names if name.endswith(".py")}
+
+
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory):
+    """The sdist exactly as Beam's stager builds it for --setup_file (python -m build --no-isolation --sdist)."""
+    out = tmp_path_factory.mktemp("sdist")
+    return Path(Stager._build_setup_package(str(REPO / "pyproject.toml"), str(out)))
+
+
+@pytest.mark.slow
+def test_the_sdist_carries_every_module_the_workers_import(sdist):
+    import pipeline.cli  # noqa: F401  (the launcher's imports)
+    import pipeline.graph  # noqa: F401  (the workers' imports: every DoFn, coder and rule)
+
+    ours = {Path(module.__file__).relative_to(REPO).parts[0] for module in list(sys.modules.values())
+            if getattr(module, "__file__", None) and Path(module.__file__).is_relative_to(REPO)}
+    ours = {part.removesuffix(".py") for part in ours if not part.startswith(".") and part != "tests"}
+    assert ours == set(PACKAGES)
+    with tarfile.open(sdist) as archive:
+        root = archive.getnames()[0].split("/")[0]
+        members = {name.removeprefix(root + "/") for name in archive.getnames()}
+    expected = {f"{package}/{path.name}" for package in PACKAGES for path in (REPO / package).glob("*.py")}
+    assert expected <= members
+    # What pip needs to install it on a worker: the build configuration and the readme it names.
+    assert {"pyproject.toml", "README.md", "PKG-INFO"} <= members
+
+
+@pytest.mark.slow
+def test_a_worker_can_install_the_sdist(sdist, tmp_path):
+    # A Dataflow worker pip-installs the staged sdist (its dependencies are in the SDK image already):
+    # build its wheel the same way, in pip's isolated build environment.
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(tmp_path),
+                    str(sdist)], check=True)
+    (wheel,) = tmp_path.glob("litmus_score-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    expected = {f"{package}/{path.name}" for package in PACKAGES for path in (REPO / package).glob("*.py")}
+    assert expected <= modules_of(names)
+    requires = [line for line in zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA")))
+                .decode().splitlines() if line.startswith("Requires-Dist: apache-beam")]
+    assert requires and "2.77.0" in requires[0]
+
+
+def test_every_template_parameter_is_a_cli_option_and_every_cli_option_a_parameter():
+    # A flag without a value (--replace) cannot be one: the launcher passes --name=value.
+    parameters = {p["name"]: p for p in metadata()["parameters"]}
+    valued = {name for name, action in cli_options().items() if action.nargs != 0}
+    assert set(parameters) == valued
+    for parameter in parameters.values():
+        assert parameter["label"] and len(parameter["helpText"]) > 20
+        assert parameter["regexes"] and all(re.compile(r) for r in parameter["regexes"])
+
+
+def test_the_required_cli_options_are_the_required_parameters(tmp_path):
+    # Required is what validate() refuses to go without; found by leaving out each option in turn.
+    given = {"input": str(tmp_path / "*.parquet"), "output": str(tmp_path / "out")}
+    validate(PipelineOptions([f"--{name}={value}" for name, value in given.items()]))
+    required = set()
+    for name in given:
+        try:
+            validate(PipelineOptions([f"--{n}={v}" for n, v in given.items() if n != name]))
+        except UsageError as error:
+            assert "is required" in str(error)
+            required.add(name)
+    assert required == set(given)
+    optional = {p["name"] for p in metadata()["parameters"] if p.get("isOptional")}
+    assert required == {p["name"] for p in metadata()["parameters"]} - optional
+
+
+@pytest.mark.parametrize("name, good, bad", [
+    ("input", ["gs://b/runs/2026-11-30/*.parquet"], ["runs/*.parquet", "gs://b/x\n--runner=evil"]),
+    ("output", ["gs://b/scores/2026-11-30"], ["/tmp/out"]),
+    ("adjudication", list(c.MODES), ["COMMIT", "commit "]),
+    ("batch_rows", ["1", "16384"], ["0", "-5", "1e4"]),
+    ("policy", ["/template/configs/policy.yaml", "p.yml"], ["policy.json"]),
+    ("baseline", ["gs://b/scores/2026-11-29"], ["scores/2026-11-29"]),
+    ("thresholds", ["/template/configs/thresholds.yaml"], ["t.txt"]),
+    ("max_json_depth", ["1", "64"], ["0", "deep"]),
+])
+def test_the_validation_regexes(name, good, bad):
+    (regex,) = next(p for p in metadata()["parameters"] if p["name"] == name)["regexes"]
+    assert all(re.fullmatch(regex, value) for value in good)
+    assert not any(re.fullmatch(regex, value) for value in bad)
+
+
+def test_the_image_runs_the_entry_point_with_the_setup_file():
+    dockerfile = (TEMPLATE / "Dockerfile").read_text()
+    assert dockerfile.startswith("#") and "FROM gcr.io/dataflow-templates-base/python311-template-launcher-base" in dockerfile
+    assert "FLEX_TEMPLATE_PYTHON_PY_FILE=/template/main.py" in dockerfile
+    assert "FLEX_TEMPLATE_PYTHON_SETUP_FILE=/template/pyproject.toml" in dockerfile
+    for copied in ["pyproject.toml README.md", *[f"{package}/" for package in PACKAGES], "configs/",
+                   "deploy/dataflow/main.py"]:
+        assert f"COPY {copied}" in dockerfile
+
+
+@pytest.mark.slow
+def test_the_entry_point_scores_with_the_template_parameters(tmp_path):
+    # What the launcher runs: python main.py --input=... --output=... plus runner options.
+    b.write_shard(tmp_path / "x.parquet", [b.trajectory(f"t{i}", b.calls_of(("allow", b.commit()))) for i in range(3)])
+    run = subprocess.run([sys.executable, str(TEMPLATE / "main.py"), f"--input={tmp_path / 'x.parquet'}",
+                          f"--output={tmp_path / 'out'}", "--adjudication=strict", *RUNNER], cwd=tmp_path)
+    assert run.returncode == 0
+    metrics = load_json(tmp_path / "out" / "metrics.json")
+    assert metrics["adjudication"] == "strict" and metrics["totals"]["trajectories"]["input"] == 3
