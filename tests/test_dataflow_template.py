@@ -57,7 +57,8 @@ def test_the_sdist_carries_every_module_the_workers_import(sdist):
     ours = {Path(module.__file__).relative_to(REPO).parts[0] for module in list(sys.modules.values())
             if getattr(module, "__file__", None) and Path(module.__file__).is_relative_to(REPO)}
     ours = {part.removesuffix(".py") for part in ours if not part.startswith(".") and part != "tests"}
-    assert ours == set(PACKAGES)
+    # Every package the job imports is one the sdist ships (the importers load only for `import`).
+    assert ours <= set(PACKAGES)
     with tarfile.open(sdist) as archive:
         root = archive.getnames()[0].split("/")[0]
         members = {name.removeprefix(root + "/") for name in archive.getnames()}
