@@ -115,9 +115,10 @@ def _conform_text(array: pa.Array, path: str, max_bytes: int) -> Conformed:
     raw = _as_binary(array)
     if not (pa.types.is_binary(raw.type) or pa.types.is_large_binary(raw.type)):
         return _conform_value(array, pa.string(), path)
-    flags = {}
-    offsets = np.frombuffer(raw.buffers()[1], np.int64 if pa.types.is_large_binary(raw.type) else np.int32)
-    lengths = np.diff(offsets[raw.offset:raw.offset + len(raw) + 1])
+    flags, lengths = {}, np.zeros(0, np.int64)
+    if len(raw):
+        offsets = np.frombuffer(raw.buffers()[1], np.int64 if pa.types.is_large_binary(raw.type) else np.int32)
+        lengths = np.diff(offsets[raw.offset:raw.offset + len(raw) + 1])
     if len(lengths) and lengths.max() > max_bytes:
         # A null's slot may span bytes: only values count.
         flags[(c.TOO_LARGE, path)] = (lengths > max_bytes) & ~np.asarray(raw.is_null(), bool)
@@ -128,7 +129,8 @@ def _conform_text(array: pa.Array, path: str, max_bytes: int) -> Conformed:
         repaired = [value.decode("utf-8", "replace") for value in raw.take(pa.array(at)).to_pylist()]
         raw = pc.replace_with_mask(raw, pa.array(invalid), pa.array(repaired, pa.string()).cast(raw.type))
     # Valid UTF-8 now: a view, not a second validating cast.
-    return Conformed(raw.view(pa.string() if pa.types.is_binary(raw.type) else pa.large_string()).cast(pa.string()), flags)
+    text = raw.view(pa.string() if pa.types.is_binary(raw.type) else pa.large_string())
+    return Conformed(text.cast(pa.string()), flags)
 
 
 def _conform_value(array: pa.Array, target: pa.DataType, path: str) -> Conformed:
