@@ -3,7 +3,9 @@
 Every trajectory is drawn from a class that fixes what commit-time scoring
 says of it when it is complete (clean, over-penalized, under-penalized,
 caught misuse); a few percent then get one completeness or context defect,
-so every category and every unscored reason of the spec occurs. Columns are
+so every category and every unscored reason of a careless harness occurs
+(a hostile one's, too_large, invalid_text and duplicate_trajectory, are
+left to the tests that plant them one by one). Columns are
 built as whole Arrow arrays, a batch of trajectories at a time, and written
 shard by shard: millions of calls take seconds and memory stays bounded.
 
