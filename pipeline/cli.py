@@ -86,7 +86,7 @@ def finish_run(output: str, metrics: dict, manifest: dict, comparison=None) -> N
     """Writes what a run adds after its pipeline: comparison.json (if any) and report.html."""
     from apache_beam.io.filesystems import FileSystems
 
-    from pipeline.report import render_report
+    from report.page import render_report
     from transforms.write import to_json, write_text
 
     if comparison is not None:
@@ -189,7 +189,7 @@ def check_policy(args) -> int:
 
 
 def generate(args) -> int:
-    from pipeline.synthetic import generate as write_shards
+    from testing.synthetic import generate as write_shards
 
     try:
         factors = {}
@@ -206,7 +206,7 @@ def generate(args) -> int:
 
 def demo(args) -> int:
     """Generate the reference-1200 data, score it, print the summary."""
-    from pipeline.synthetic import generate as write_shards
+    from testing.synthetic import generate as write_shards
 
     folder = Path(args.output)
     if folder.exists() and any(folder.iterdir()):

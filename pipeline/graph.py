@@ -12,7 +12,6 @@ import pyarrow as pa
 
 from scoring import contract as c
 from scoring import layout
-from transforms import coders  # noqa: F401  (registers the Arrow element coders)
 from transforms.classify import STATS, Classify, unscored_statistics
 from transforms.completeness import CheckCompleteness
 from transforms.metrics import ComputeMetrics

@@ -6,10 +6,10 @@ import pytest
 
 from scoring import contract as c
 from tests import builders as b
-from transforms.coders import CheckedCoder, RecordBatchCoder, ResolvedCoder, TableCoder
-from transforms.completeness import Checked
+from transforms.coders import RecordBatchCoder, TableCoder
+from transforms.completeness import Checked, CheckedCoder
 from transforms.read import conform_batch
-from transforms.resolve import ResolveContextsFn, Resolved
+from transforms.resolve import ResolveContextsFn, Resolved, ResolvedCoder
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from apache_beam.metrics import Metrics
 
 from transforms import NAMESPACE
 from transforms import schema as s
+from transforms.coders import RecordBatchCoder  # noqa: F401  (registers the coder of the batches read emits)
 
 SHARD_REPORTS = "shard_reports"
 DEFAULT_BATCH_ROWS = 16384

@@ -22,6 +22,7 @@ from scoring import contract as c
 from scoring.rules import canonical_json, parse_json_object
 from transforms import NAMESPACE
 from transforms import schema as s
+from transforms.coders import ArrowCoder, from_ipc, join, registered, split, to_ipc
 from transforms.columnar import FlatCalls, equals, is_null
 from transforms.completeness import Checked
 from transforms.records import FAILED, UNSCORED, unscored_table
@@ -85,6 +86,20 @@ class Resolved:
 
     trajectories: pa.Table  # RESOLVED_TRAJECTORIES
     calls: pa.Table  # RESOLVED_CALLS
+
+
+@registered
+class ResolvedCoder(ArrowCoder):
+    element_type = Resolved
+
+    def encode(self, value: Resolved) -> bytes:
+        return join(to_ipc(value.trajectories), to_ipc(value.calls))
+
+    def decode(self, encoded: bytes) -> Resolved:
+        return Resolved(*map(from_ipc, split(encoded, 2)))
+
+    def estimate_size(self, value: Resolved) -> int:
+        return value.trajectories.nbytes + value.calls.nbytes
 
 
 def json_object(array: pa.Array, known: pa.Array = None, known_ok: np.ndarray = None) -> np.ndarray:
