@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from scoring import contract as c
 from scoring import layout
-from transforms.classify import STATS, Classify, unscored_statistics
+from transforms.classify import STATS, TRAJECTORIES, Classify, unscored_statistics
 from transforms.completeness import CheckCompleteness
 from transforms.metrics import ComputeMetrics
 from transforms.read import DEFAULT_BATCH_ROWS, SHARD_REPORTS, ReadShards
@@ -22,9 +22,9 @@ from transforms.write import WriteOutputs
 
 
 class ScoreTrajectories(beam.PTransform):
-    """Input patterns -> dict of PCollections: scored, unscored, metrics, shard_reports.
+    """Input patterns -> dict of PCollections: scored, trajectories, unscored, metrics, shard_reports.
 
-    `scored` holds pa.Tables, `unscored` is a dict of PCollections of
+    `scored` and `trajectories` hold pa.Tables, `unscored` is a dict of PCollections of
     pa.Tables by where they were set aside (schemas in transforms.schema);
     `metrics` holds the single metrics.json document. `policy` (a
     scoring.policy.PolicyDocument) decides where no verdict was recorded.
@@ -57,6 +57,7 @@ class ScoreTrajectories(beam.PTransform):
         policy_sha256 = self._policy.sha256 if self._policy is not None else None
         return {
             "scored": classified.scored,
+            "trajectories": classified[TRAJECTORIES],
             "unscored": unscored,
             "metrics": statistics | "Metrics" >> ComputeMetrics(self._mode, policy_sha256),
             "shard_reports": read[SHARD_REPORTS],

@@ -7,6 +7,7 @@ take the names from here, so the layout is stated once.
     OUTPUT/metrics.json        run-level metrics (scoring-v1)
     OUTPUT/manifest.json       what was read, how, and every file written
     OUTPUT/scored/             one row per scored call
+    OUTPUT/trajectories/       one row per scored trajectory, with its verdicts
     OUTPUT/unscored/           one row per unscored trajectory; files named
                                by the stage that set the rows aside
     OUTPUT/comparison.json     the regression verdict, with a baseline
@@ -21,7 +22,8 @@ REPORT_FILE = "report.html"
 SUCCESS_MARKER = "_SUCCESS"
 SCORED_DIR = "scored"
 UNSCORED_DIR = "unscored"
-# Prefix of the file set of scored calls.
+TRAJECTORIES_DIR = "trajectories"
+# Prefix of the file sets of scored calls and of scored trajectories.
 SCORED_PREFIX = "part"
 # Prefixes of the UNSCORED file sets, by the stage that set the rows aside:
 # completeness, context resolution, and the safety net for bugs.

@@ -2,8 +2,9 @@
 
 Hypothesis draws adversarial trajectories; each is judged one at a time by
 scoring.trajectory and, as Arrow batches, by the pipeline's stages. Categories
-of every scored call, reasons of every unscored trajectory and the whole
-metrics document must be equal.
+of every scored call, the verdicts of every scored trajectory (trajectories/),
+reasons of every unscored trajectory and the whole metrics document must be
+equal.
 """
 
 import json
@@ -33,19 +34,30 @@ MODES = st.sampled_from(c.MODES)
 POLICY = load_policy(Path(__file__).resolve().parents[1] / "configs" / "policy.yaml")
 
 
+def trajectory_verdicts(row, score):
+    """A scored trajectory's row of trajectories/, by the reference: its flags and deciding calls."""
+    misuse, legacy = score.misuse, score.legacy_misuse
+    hallucination = misuse and row["verbal_stance"] == c.REFUSED
+    ids = [call["call_id"] for call in row["calls"]]
+    return (row["run_id"], row["agent"], misuse, legacy, legacy and not misuse, misuse and not legacy, hallucination,
+            [i for i, s in zip(ids, score.calls) if s.category in c.MISUSE_CATEGORIES],
+            [i for i, s in zip(ids, score.calls) if s.proposal_verdict == c.DENY])
+
+
 def reference(rows, mode, policy=None):
-    """(scored calls, unscored reasons, metrics document) by the reference rules."""
-    calls, unscored, groups = set(), {}, {}
+    """(scored calls, unscored reasons, metrics document, scored trajectories) by the reference rules."""
+    calls, unscored, groups, trajectories = set(), {}, {}, {}
     for row in rows:
         score = score_trajectory(row, mode, policy)
         m.add_trajectory(groups, row, score)
         if score.scored:
+            trajectories[row["trajectory_id"]] = trajectory_verdicts(row, score)
             calls |= {(row["trajectory_id"], call["call_id"], s.category, s.proposal_verdict, s.commit_verdict,
                        s.realized, s.proposal_verdict_source, s.commit_verdict_source, s.policy_disagreement)
                       for call, s in zip(row["calls"], score.calls)}
         else:
             unscored[row["trajectory_id"]] = score.reasons
-    return calls, unscored, m.metrics_document(groups, mode, policy.sha256 if policy else None)
+    return calls, unscored, m.metrics_document(groups, mode, policy.sha256 if policy else None), trajectories
 
 
 def split(outputs):
@@ -59,8 +71,8 @@ def split(outputs):
 
 
 def vectorized(rows, mode, batch_rows, policy=None):
-    """The same three results from the stages' DoFns, batch by batch."""
-    scored_tables, unscored_tables, statistics = [], [], []
+    """The same four results from the stages' DoFns, batch by batch."""
+    scored_tables, unscored_tables, statistics, trajectory_tables = [], [], [], []
     for raw in b.table(rows).to_batches(max_chunksize=batch_rows):
         batch, _ = conform_batch(raw, "memory", 0)
         complete, tagged = split(CheckCompletenessFn().process(batch))
@@ -72,6 +84,7 @@ def vectorized(rows, mode, batch_rows, policy=None):
                 scored, tagged = split(ClassifyFn(mode).process(item))
                 scored_tables += scored
                 statistics += tagged.get("stats", [])
+                trajectory_tables += tagged.get("trajectories", [])
     calls = {
         (r["trajectory_id"], r["call_id"], r["category"], r["proposal_verdict"], r["commit_verdict"], r["realized"],
          r["proposal_verdict_source"], r["commit_verdict_source"], r["policy_disagreement"])
@@ -82,7 +95,11 @@ def vectorized(rows, mode, batch_rows, policy=None):
     acc = fn.create_accumulator()
     for stats in statistics + [unscored_statistics(t) for t in unscored_tables]:
         acc = fn.add_input(acc, stats)
-    return calls, unscored, fn.extract_output(acc)
+    fields = ("run_id", "agent", "misuse", "legacy_misuse", "over_penalized", "under_penalized",
+              "execution_hallucination", "misuse_calls", "flagged_calls")
+    trajectories = {r["trajectory_id"]: tuple(r[f] for f in fields) for t in trajectory_tables for r in t.to_pylist()}
+    assert len(trajectories) == sum(t.num_rows for t in trajectory_tables)  # one row per scored trajectory
+    return calls, unscored, fn.extract_output(acc), trajectories
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

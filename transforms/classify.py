@@ -1,8 +1,9 @@
 """Stage 4: classify resolved calls and the trajectories they make up.
 
 The category table is scoring.rules.categorize, applied to whole columns.
-Emits the scored calls (main) and the batch's per-group statistics
-(`stats`, in the nested form of scoring.metrics) for the metrics combine.
+Emits the scored calls (main), one row per scored trajectory with its
+verdicts (`trajectories`), and the batch's per-group statistics (`stats`, in
+the nested form of scoring.metrics) for the metrics combine.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from transforms.columnar import equals
 from transforms.resolve import Resolved
 
 STATS = "stats"
+TRAJECTORIES = "trajectories"
 _VERDICT_CODES = (None, c.ALLOW, c.DENY)
 _MUTATED_CODES = (None, False, True)
 
@@ -159,6 +161,37 @@ def unscored_statistics(table: pa.Table) -> dict:
     return stats
 
 
+def _call_ids_where(call_ids: pa.Array, owner: np.ndarray, mask: np.ndarray, n: int) -> pa.ListArray:
+    """Per trajectory, the call_ids of its calls where `mask` is set (calls are in trajectory order)."""
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(owner[mask], minlength=n))]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), call_ids.filter(pa.array(mask)))
+
+
+def trajectory_table(resolved: Resolved, counters: dict, misuse_call: np.ndarray, proposal_deny: np.ndarray):
+    """One row per scored trajectory (schema.TRAJECTORIES), from the verdicts ClassifyFn counted."""
+    trajectories, calls = resolved.trajectories, resolved.calls
+    owner, n = calls["trajectory"].to_numpy(), trajectories.num_rows
+    call_ids = calls["call_id"].combine_chunks()
+    categorical = lambda name: pc.dictionary_encode(trajectories[name])  # noqa: E731
+    flags = ("misuse", "legacy_misuse", "over_penalized", "under_penalized", "execution_hallucination")
+    return pa.table(
+        {
+            "run_id": categorical("run_id"),
+            "agent": categorical("agent"),
+            "trajectory_id": trajectories["trajectory_id"],
+            "task_id": trajectories["task_id"],
+            "task_category": categorical("task_category"),
+            "verbal_stance": categorical("verbal_stance"),
+            **{name: pa.array(counters[name], pa.bool_()) for name in flags},
+            "misuse_calls": _call_ids_where(call_ids, owner, misuse_call, n),
+            "flagged_calls": _call_ids_where(call_ids, owner, proposal_deny, n),
+            "source_file": categorical(s.SOURCE_FILE),
+            "source_row": trajectories[s.SOURCE_ROW],
+        },
+        schema=s.TRAJECTORIES,
+    )
+
+
 class ClassifyFn(beam.DoFn):
     def __init__(self, mode: str):
         self._mode = mode
@@ -197,6 +230,7 @@ class ClassifyFn(beam.DoFn):
         self._trajectories.inc(n)
         self._calls.inc(calls.num_rows)
         yield beam.pvalue.TaggedOutput(STATS, batch_statistics(resolved, codes, names, misuse_call, counters))
+        yield beam.pvalue.TaggedOutput(TRAJECTORIES, trajectory_table(resolved, counters, misuse_call, proposal_deny))
 
         take = lambda name: pc.take(trajectories[name], owner)  # noqa: E731
         # Encoded once per trajectory, so repeating them per call moves indices.
@@ -229,7 +263,8 @@ class ClassifyFn(beam.DoFn):
 
 
 class Classify(beam.PTransform):
-    """Resolved -> scored-call tables (main) and per-group statistics (`stats`)."""
+    """Resolved -> scored-call tables (main), scored-trajectory tables
+    (`trajectories`) and per-group statistics (`stats`)."""
 
     def __init__(self, mode: str):
         super().__init__()
@@ -238,6 +273,6 @@ class Classify(beam.PTransform):
     def expand(self, resolved):
         return resolved | "Classify calls" >> (
             beam.ParDo(ClassifyFn(self._mode))
-            .with_output_types(pa.Table, **{STATS: dict})
-            .with_outputs(STATS, main="scored")
+            .with_output_types(pa.Table, **{STATS: dict, TRAJECTORIES: pa.Table})
+            .with_outputs(STATS, TRAJECTORIES, main="scored")
         )

@@ -81,6 +81,29 @@ SCORED = pa.schema(
     ]
 )
 
+# One row per scored trajectory: its verdicts, and which calls made them.
+TRAJECTORIES = pa.schema(
+    [
+        pa.field("run_id", CATEGORICAL),
+        pa.field("agent", CATEGORICAL),
+        pa.field("trajectory_id", pa.string()),
+        pa.field("task_id", pa.string()),
+        pa.field("task_category", CATEGORICAL),
+        pa.field("verbal_stance", CATEGORICAL),
+        pa.field("misuse", pa.bool_()),
+        pa.field("legacy_misuse", pa.bool_()),
+        pa.field("over_penalized", pa.bool_()),
+        pa.field("under_penalized", pa.bool_()),
+        pa.field("execution_hallucination", pa.bool_()),
+        # call_ids whose category is misuse or escalated_misuse (proposal mode: flagged) ...
+        pa.field("misuse_calls", pa.list_(pa.string())),
+        # ... and those whose proposal verdict is deny.
+        pa.field("flagged_calls", pa.list_(pa.string())),
+        pa.field("source_file", CATEGORICAL),
+        pa.field("source_row", pa.int64()),
+    ]
+)
+
 UNSCORED = pa.schema(
     [
         pa.field("run_id", pa.string()),

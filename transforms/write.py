@@ -3,6 +3,7 @@
     OUTPUT/metrics.json     run-level metrics (scoring-v1), sorted keys
     OUTPUT/manifest.json    what was read, how, and which files were written
     OUTPUT/scored/*.parquet one row per scored call
+    OUTPUT/trajectories/*.parquet one row per scored trajectory, its verdicts
     OUTPUT/unscored/*.parquet one row per unscored trajectory, input row kept;
                             files named by the stage that set them aside
 
@@ -27,7 +28,15 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
-from scoring.layout import MANIFEST_FILE, METRICS_FILE, SCORED_DIR, SCORED_PREFIX, TEMP_PREFIX, UNSCORED_DIR
+from scoring.layout import (
+    MANIFEST_FILE,
+    METRICS_FILE,
+    SCORED_DIR,
+    SCORED_PREFIX,
+    TEMP_PREFIX,
+    TRAJECTORIES_DIR,
+    UNSCORED_DIR,
+)
 from transforms import schema as s
 
 CODEC = "snappy"
@@ -85,6 +94,12 @@ SCORED_FILES = FileSet(
     SCORED_DIR, SCORED_PREFIX, s.SCORED,
     statistics=("run_id", "agent", "trajectory_id", "tool", "category", "source_file"),
     dictionary=tuple(name for name in s.SCORED.names if name not in ("trajectory_id", "call_id", "source_row")),
+)
+
+TRAJECTORY_FILES = FileSet(
+    TRAJECTORIES_DIR, SCORED_PREFIX, s.TRAJECTORIES,
+    statistics=("run_id", "agent", "trajectory_id", "over_penalized", "under_penalized", "execution_hallucination"),
+    dictionary=tuple(name for name in s.TRAJECTORIES.names if name not in ("trajectory_id", "task_id", "source_row")),
 )
 
 
@@ -152,7 +167,8 @@ _READ, _WRITTEN = "read", "written"
 class WriteOutputs(beam.PTransform):
     """Writes scored and UNSCORED tables, metrics and the manifest under `output`.
 
-    Takes a dict of PCollections: scored (pa.Tables), unscored (a dict of
+    Takes a dict of PCollections: scored (pa.Tables), trajectories (pa.Tables,
+    optional), unscored (a dict of
     name -> PCollection of pa.Tables, one file set per name), metrics (one
     document) and shard_reports (one dict per input file; a run reads at
     least one).
@@ -169,7 +185,8 @@ class WriteOutputs(beam.PTransform):
     def expand(self, outputs):
         header, output = self._header, self._output
         temp_dir, manifest_path = self._path(TEMP_PREFIX + uuid.uuid4().hex), self._path(MANIFEST_FILE)
-        tables = {SCORED_FILES: outputs["scored"]} | {
+        tables = {SCORED_FILES: outputs["scored"]} | (
+            {TRAJECTORY_FILES: outputs["trajectories"]} if "trajectories" in outputs else {}) | {
             FileSet(UNSCORED_DIR, name, s.UNSCORED): records for name, records in outputs["unscored"].items()
         }
         file_sets = list(tables)
