@@ -17,7 +17,7 @@ from transforms.completeness import CheckCompleteness
 from transforms.metrics import ComputeMetrics
 from transforms.read import DEFAULT_BATCH_ROWS, SHARD_REPORTS, ReadShards
 from transforms.records import FAILED, UNSCORED, failed_batch_to_unscored
-from transforms.resolve import ResolveContexts
+from transforms.resolve import VALIDITY, ResolveContexts
 from transforms.write import WriteOutputs
 
 
@@ -51,7 +51,7 @@ class ScoreTrajectories(beam.PTransform):
         # Kept apart, not flattened: a runner may materialize a Flatten, and
         # the UNSCORED records carry whole input rows.
         unscored = {layout.INCOMPLETE: checked[UNSCORED], layout.UNRESOLVED: resolved[UNSCORED], layout.FAILED: failed}
-        statistics = [classified[STATS]] + [
+        statistics = [classified[STATS], resolved[VALIDITY]] + [
             records | f"Count {name} unscored" >> beam.Map(unscored_statistics) for name, records in unscored.items()
         ] | "Gather statistics" >> beam.Flatten()
         policy_sha256 = self._policy.sha256 if self._policy is not None else None

@@ -80,6 +80,7 @@ def vectorized(rows, mode, batch_rows, policy=None):
         for good in complete:
             resolved, tagged = split(ResolveContextsFn(mode, policy).process(good))
             unscored_tables += tagged.get("unscored", [])
+            statistics += tagged.get("validity", [])
             for item in resolved:
                 scored, tagged = split(ClassifyFn(mode).process(item))
                 scored_tables += scored

@@ -18,7 +18,7 @@ from scoring import contract as c
 from scoring import metrics as m
 from transforms import NAMESPACE
 from transforms import schema as s
-from transforms.columnar import equals
+from transforms.columnar import encode, equals, group_codes
 from transforms.resolve import Resolved
 
 STATS = "stats"
@@ -42,28 +42,12 @@ def categorize_columns(mode: str, proposal_deny: np.ndarray, commit_deny: np.nda
     return np.where(realized, if_realized, if_not_realized)
 
 
-def encode(array: pa.Array):
-    """(int64 code per element, distinct values); null is a value of its own."""
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
-    encoded = pc.dictionary_encode(array, null_encoding="encode")
-    return encoded.indices.to_numpy().astype(np.int64), encoded.dictionary.to_pylist()
-
-
 def _verdict_codes(array: pa.Array) -> np.ndarray:
     return equals(array, c.ALLOW) * 1 + equals(array, c.DENY) * 2
 
 
 def _mutated_codes(array: pa.Array) -> np.ndarray:
     return equals(array, False) * 1 + equals(array, True) * 2
-
-
-def group_codes(run_id: pa.Array, agent: pa.Array):
-    """(group code per row, group key per code) for (run_id, agent) pairs."""
-    runs, run_values = encode(run_id)
-    agents, agent_values = encode(agent)
-    keys = [(run, agent) for run in run_values for agent in agent_values]
-    return runs * len(agent_values) + agents, keys
 
 
 def _cells(counts: np.ndarray, width: int):

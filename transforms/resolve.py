@@ -26,6 +26,9 @@ from transforms.coders import ArrowCoder, from_ipc, join, registered, split, to_
 from transforms.columnar import FlatCalls, equals, is_null
 from transforms.completeness import Checked
 from transforms.records import FAILED, UNSCORED, unscored_table
+from transforms.validity import audit_masks, validity_statistics
+
+VALIDITY = "validity"
 
 # JSON nested at most MAX_DEPTH deep is a regular language, so a RE2
 # expression can recognize it exactly: a match proves the text is a valid JSON
@@ -185,6 +188,7 @@ class CallResolution:
     commit: ContextVerdicts
     realized: pa.Array
     reasons: dict
+    audit: dict  # scoring.validity's counts as masks (transforms.validity.audit_masks)
 
     @property
     def unscored(self) -> np.ndarray:
@@ -200,17 +204,22 @@ def resolve_calls(flat: FlatCalls, mode: str, policy, considered: np.ndarray) ->
     arguments, proposal_arguments = flat.field("arguments"), flat.field("proposal.resolved_arguments")
     arguments_ok = json_object(arguments)
     proposal_ok = json_object(proposal_arguments, arguments, arguments_ok)
+    commit_arguments = flat.field("commit.resolved_arguments")
+    commit_ok = json_object(commit_arguments, proposal_arguments, proposal_ok)
     has_commit = ~is_null(flat.field("commit"))
     proposal = context_verdicts(flat, "proposal", policy, proposal_ok & considered)
+    commit = context_verdicts(flat, "commit", policy, commit_ok & considered)
+    realized = _realized(flat)
+    # The validity audit (scoring.validity) reads both contexts in every mode.
+    audited = considered & has_commit & arguments_ok & proposal_ok & commit_ok
+    same_arguments = _same_json(proposal_arguments, commit_arguments, audited)
+    audit = audit_masks(flat, proposal, commit, realized, audited, same_arguments)
     malformed = ~(arguments_ok & proposal_ok)
     reasons = {c.NO_VERDICT: is_null(proposal.value), c.MALFORMED_ARGUMENTS: malformed}
     if mode == c.PROPOSAL:
         # The commit's recorded verdict is reported beside the score, unjudged.
-        return CallResolution(proposal, context_verdicts(flat, "commit", None, has_commit), _realized(flat), reasons)
+        return CallResolution(proposal, context_verdicts(flat, "commit", None, has_commit), realized, reasons, audit)
 
-    commit_arguments = flat.field("commit.resolved_arguments")
-    commit_ok = json_object(commit_arguments, proposal_arguments, proposal_ok)
-    commit = context_verdicts(flat, "commit", policy, commit_ok & considered)
     reasons[c.MALFORMED_ARGUMENTS] = malformed | (has_commit & ~commit_ok)
     reasons[c.NO_VERDICT] = reasons[c.NO_VERDICT] | (has_commit & is_null(commit.value))
     reasons[c.NO_COMMIT_CONTEXT] = ~has_commit
@@ -221,7 +230,7 @@ def resolve_calls(flat: FlatCalls, mode: str, policy, considered: np.ndarray) ->
         reasons[c.ARGUMENTS_DIVERGED] = both_valid & ~_same_json(proposal_arguments, commit_arguments, both_valid)
         principals = pc.equal(flat.field("proposal.principal"), flat.field("commit.principal"))
         reasons[c.PRINCIPAL_DIVERGED] = has_commit & ~equals(principals, True)
-    return CallResolution(proposal, commit, _realized(flat), reasons)
+    return CallResolution(proposal, commit, realized, reasons, audit)
 
 
 def _realized(flat: FlatCalls) -> pa.Array:
@@ -289,6 +298,9 @@ class ResolveContextsFn(beam.DoFn):
         unscored_calls = resolution.unscored & considered
         unscored = flat.any_per_row(unscored_calls)
         yield _resolved(batch, flat, resolution, checked.complete & ~unscored)
+        validity = validity_statistics(batch, flat, resolution.audit)
+        if validity:
+            yield beam.pvalue.TaggedOutput(VALIDITY, validity)
         if unscored.any():
             rows = np.flatnonzero(unscored)
             self._unscored.inc(len(rows))
@@ -297,7 +309,8 @@ class ResolveContextsFn(beam.DoFn):
 
 
 class ResolveContexts(beam.PTransform):
-    """Checked batches -> Resolved (main), UNSCORED tables (`unscored`) and,
+    """Checked batches -> Resolved (main), UNSCORED tables (`unscored`), the
+    validity audit's statistics (`validity`, scoring.metrics form) and,
     should a batch raise unexpectedly, the Checked batch and its error (`failed`).
 
     `policy` (a scoring.rules.Policy, e.g. scoring.policy.PolicyDocument)
@@ -312,5 +325,5 @@ class ResolveContexts(beam.PTransform):
     def expand(self, batches):
         fn = ResolveContextsFn(self._mode, self._policy)
         return batches | "Resolve contexts" >> beam.ParDo(fn).with_output_types(
-            Resolved, **{UNSCORED: pa.Table}
-        ).with_outputs(UNSCORED, main="resolved").with_exception_handling(dead_letter_tag=FAILED)
+            Resolved, **{UNSCORED: pa.Table, VALIDITY: dict}
+        ).with_outputs(UNSCORED, VALIDITY, main="resolved").with_exception_handling(dead_letter_tag=FAILED)
