@@ -226,6 +226,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="litmus-score", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("score", help="score shards (flags: litmus-score score --help)", add_help=False)
+    commands.add_parser("audit", help="per tool: does proposal-time scoring hold? (litmus-score audit --help)",
+                        add_help=False)
 
     gen = commands.add_parser("generate", help="write synthetic shards that follow the contract")
     gen.add_argument("--output", required=True)
@@ -251,6 +253,10 @@ def main(argv=None) -> int:
 
     if argv[:1] == ["score"]:
         return score(argv[1:])
+    if argv[:1] == ["audit"]:
+        from pipeline.audit import main as audit
+
+        return audit(argv[1:])
     args, beam_args = parser.parse_known_args(argv)
     if args.command == "demo":
         args.beam_args = beam_args

@@ -28,6 +28,7 @@ from typing import Optional
 
 from scoring import contract as c
 from scoring.rules import Policy, ToolCall, canonical_json, parse_json_object, resolve_verdict
+from scoring.stats import wilson_interval
 
 DIVERGENCES = ("no_verdict", "verdict_diverged", "arguments_diverged", "principal_diverged", "not_realized")
 # The leaves of a tool's validity block, in the order the report shows them.
@@ -65,3 +66,25 @@ def call_validity(call: ToolCall, policy: Optional[Policy] = None) -> Optional[d
 def validity_block(tools: dict) -> dict:
     """metrics.json's `validity`: per tool, every field, zeros included."""
     return {tool: {name: counts.get(name, 0) for name in FIELDS} for tool, counts in tools.items()}
+
+
+def audit_rows(block: dict) -> list:
+    """The table "where proposal-time scoring holds" from a `validity` block.
+
+    One row per tool with calls, sorted by the share of unfaithful calls
+    (highest first, then by tool): its counts, the faithful share with its
+    Wilson 95% interval, and whether proposal-time scoring held on every
+    observed call.
+    """
+    rows = []
+    for tool, counts in block.items():
+        n = counts.get("calls", 0)
+        if not n:
+            continue
+        faithful = counts.get("faithful", 0)
+        rows.append({
+            "tool": tool, **{name: counts.get(name, 0) for name in FIELDS},
+            "unfaithful": n - faithful, "unfaithful_share": (n - faithful) / n,
+            "faithful_share": faithful / n, "ci95": wilson_interval(faithful, n), "valid": faithful == n,
+        })
+    return sorted(rows, key=lambda row: (-row["unfaithful_share"], -row["calls"], row["tool"]))
