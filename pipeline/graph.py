@@ -12,8 +12,9 @@ import pyarrow as pa
 
 from scoring import contract as c
 from scoring import layout
-from transforms.classify import STATS, TRAJECTORIES, Classify, unscored_statistics
+from transforms.classify import EVIDENCE, STATS, TRAJECTORIES, Classify, unscored_statistics
 from transforms.completeness import CheckCompleteness
+from transforms.evidence import CollectEvidence
 from transforms.metrics import ComputeMetrics
 from transforms.read import DEFAULT_BATCH_ROWS, SHARD_REPORTS, ReadShards
 from transforms.records import FAILED, UNSCORED, failed_batch_to_unscored
@@ -22,11 +23,11 @@ from transforms.write import WriteOutputs
 
 
 class ScoreTrajectories(beam.PTransform):
-    """Input patterns -> dict of PCollections: scored, trajectories, unscored, metrics, shard_reports.
+    """Input patterns -> dict of PCollections: scored, trajectories, unscored, metrics, evidence, shard_reports.
 
     `scored` and `trajectories` hold pa.Tables, `unscored` is a dict of PCollections of
     pa.Tables by where they were set aside (schemas in transforms.schema);
-    `metrics` holds the single metrics.json document. `policy` (a
+    `metrics` and `evidence` hold the single metrics.json and evidence.json documents. `policy` (a
     scoring.policy.PolicyDocument) decides where no verdict was recorded.
     """
 
@@ -58,6 +59,7 @@ class ScoreTrajectories(beam.PTransform):
         return {
             "scored": classified.scored,
             "trajectories": classified[TRAJECTORIES],
+            "evidence": classified[EVIDENCE] | "Evidence" >> CollectEvidence(),
             "unscored": unscored,
             "metrics": statistics | "Metrics" >> ComputeMetrics(self._mode, policy_sha256),
             "shard_reports": read[SHARD_REPORTS],

@@ -6,6 +6,8 @@ take the names from here, so the layout is stated once.
 
     OUTPUT/metrics.json        run-level metrics (scoring-v1)
     OUTPUT/manifest.json       what was read, how, and every file written
+    OUTPUT/evidence.json       per group, the first over-/under-penalized and
+                               execution-hallucination cases, deciding call
     OUTPUT/scored/             one row per scored call
     OUTPUT/trajectories/       one row per scored trajectory, with its verdicts
     OUTPUT/unscored/           one row per unscored trajectory; files named
@@ -17,6 +19,7 @@ take the names from here, so the layout is stated once.
 
 METRICS_FILE = "metrics.json"
 MANIFEST_FILE = "manifest.json"
+EVIDENCE_FILE = "evidence.json"
 COMPARISON_FILE = "comparison.json"
 REPORT_FILE = "report.html"
 SUCCESS_MARKER = "_SUCCESS"
@@ -36,6 +39,7 @@ TEMP_PREFIX = ".temp-"
 
 MANIFEST_SCHEMA = "litmus-manifest/1"
 COMPARISON_SCHEMA = "litmus-comparison/1"
+EVIDENCE_SCHEMA = "litmus-evidence/1"
 
 # Key of a trajectory whose task_id or task_category is null or empty.
 NO_TASK = "(none)"

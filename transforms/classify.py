@@ -19,10 +19,12 @@ from scoring import metrics as m
 from transforms import NAMESPACE
 from transforms import schema as s
 from transforms.columnar import encode, equals, group_codes
+from transforms.evidence import batch_evidence
 from transforms.resolve import Resolved
 
 STATS = "stats"
 TRAJECTORIES = "trajectories"
+EVIDENCE = "evidence"
 _VERDICT_CODES = (None, c.ALLOW, c.DENY)
 _MUTATED_CODES = (None, False, True)
 
@@ -215,6 +217,10 @@ class ClassifyFn(beam.DoFn):
         self._calls.inc(calls.num_rows)
         yield beam.pvalue.TaggedOutput(STATS, batch_statistics(resolved, codes, names, misuse_call, counters))
         yield beam.pvalue.TaggedOutput(TRAJECTORIES, trajectory_table(resolved, counters, misuse_call, proposal_deny))
+        deciding = {"over_penalized": proposal_deny, "under_penalized": misuse_call,
+                    "execution_hallucination": misuse_call}
+        if any(counters[kind].any() for kind in deciding):
+            yield beam.pvalue.TaggedOutput(EVIDENCE, batch_evidence(resolved, counters, deciding, codes, names))
 
         take = lambda name: pc.take(trajectories[name], owner)  # noqa: E731
         # Encoded once per trajectory, so repeating them per call moves indices.
@@ -239,6 +245,9 @@ class ClassifyFn(beam.DoFn):
                 "proposal_verdict_source": categorical("proposal_verdict_source"),
                 "commit_verdict_source": categorical("commit_verdict_source"),
                 "policy_disagreement": calls["policy_disagreement"],
+                "outcome": categorical("outcome"),
+                "status_code": calls["status_code"],
+                "state_mutated": calls["state_mutated"],
                 "source_file": take_categorical(s.SOURCE_FILE),
                 "source_row": take(s.SOURCE_ROW),
             },
@@ -248,7 +257,8 @@ class ClassifyFn(beam.DoFn):
 
 class Classify(beam.PTransform):
     """Resolved -> scored-call tables (main), scored-trajectory tables
-    (`trajectories`) and per-group statistics (`stats`)."""
+    (`trajectories`), per-group statistics (`stats`) and the batch's evidence
+    (`evidence`, transforms.evidence)."""
 
     def __init__(self, mode: str):
         super().__init__()
@@ -257,6 +267,6 @@ class Classify(beam.PTransform):
     def expand(self, resolved):
         return resolved | "Classify calls" >> (
             beam.ParDo(ClassifyFn(self._mode))
-            .with_output_types(pa.Table, **{STATS: dict, TRAJECTORIES: pa.Table})
-            .with_outputs(STATS, TRAJECTORIES, main="scored")
+            .with_output_types(pa.Table, **{STATS: dict, TRAJECTORIES: pa.Table, EVIDENCE: dict})
+            .with_outputs(STATS, TRAJECTORIES, EVIDENCE, main="scored")
         )

@@ -79,6 +79,9 @@ RESOLVED_CALLS = pa.schema(
         pa.field("proposal_verdict_source", pa.string()),
         pa.field("commit_verdict_source", pa.string()),
         pa.field("policy_disagreement", pa.bool_()),
+        pa.field("outcome", pa.string()),
+        pa.field("status_code", pa.int32()),
+        pa.field("source_call", pa.int64()),  # element of Resolved.inputs
     ]
 )
 
@@ -89,6 +92,9 @@ class Resolved:
 
     trajectories: pa.Table  # RESOLVED_TRAJECTORIES
     calls: pa.Table  # RESOLVED_CALLS
+    # The batch's calls as read (schema.CALL), not copied: where the few
+    # calls shown as evidence take their arguments and contexts from.
+    inputs: pa.Table
 
 
 @registered
@@ -96,13 +102,13 @@ class ResolvedCoder(ArrowCoder):
     element_type = Resolved
 
     def encode(self, value: Resolved) -> bytes:
-        return join(to_ipc(value.trajectories), to_ipc(value.calls))
+        return join(to_ipc(value.trajectories), to_ipc(value.calls), to_ipc(value.inputs))
 
     def decode(self, encoded: bytes) -> Resolved:
-        return Resolved(*map(from_ipc, split(encoded, 2)))
+        return Resolved(*map(from_ipc, split(encoded, 3)))
 
     def estimate_size(self, value: Resolved) -> int:
-        return value.trajectories.nbytes + value.calls.nbytes
+        return value.trajectories.nbytes + value.calls.nbytes + value.inputs.nbytes
 
 
 def json_object(array: pa.Array, known: pa.Array = None, known_ok: np.ndarray = None) -> np.ndarray:
@@ -262,10 +268,13 @@ def _resolved(batch: pa.RecordBatch, flat: FlatCalls, resolution: CallResolution
             "policy_disagreement": pa.array(
                 (resolution.proposal.disputed | resolution.commit.disputed)[in_rows], pa.bool_()
             ),
+            "outcome": flat.field("commit.outcome").filter(keep),
+            "status_code": flat.field("commit.status_code").filter(keep),
+            "source_call": np.flatnonzero(in_rows),
         },
         schema=RESOLVED_CALLS,
     )
-    return Resolved(trajectories, calls)
+    return Resolved(trajectories, calls, pa.table({"call": flat.calls}))
 
 
 def _unscored_reasons(flat: FlatCalls, resolution: CallResolution, unscored_calls: np.ndarray, rows: np.ndarray):

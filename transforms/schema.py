@@ -76,6 +76,10 @@ SCORED = pa.schema(
         pa.field("commit_verdict_source", CATEGORICAL),
         # A policy was given and disagrees with a recorded verdict of the call.
         pa.field("policy_disagreement", pa.bool_()),
+        # What the environment did (null without a commit).
+        pa.field("outcome", CATEGORICAL),
+        pa.field("status_code", pa.int32()),
+        pa.field("state_mutated", pa.bool_()),
         pa.field("source_file", CATEGORICAL),
         pa.field("source_row", pa.int64()),
     ]

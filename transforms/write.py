@@ -2,6 +2,7 @@
 
     OUTPUT/metrics.json     run-level metrics (scoring-v1), sorted keys
     OUTPUT/manifest.json    what was read, how, and which files were written
+    OUTPUT/evidence.json    the first cases of each kind per group, deciding call
     OUTPUT/scored/*.parquet one row per scored call
     OUTPUT/trajectories/*.parquet one row per scored trajectory, its verdicts
     OUTPUT/unscored/*.parquet one row per unscored trajectory, input row kept;
@@ -29,6 +30,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
 from scoring.layout import (
+    EVIDENCE_FILE,
     MANIFEST_FILE,
     METRICS_FILE,
     SCORED_DIR,
@@ -168,7 +170,7 @@ class WriteOutputs(beam.PTransform):
     """Writes scored and UNSCORED tables, metrics and the manifest under `output`.
 
     Takes a dict of PCollections: scored (pa.Tables), trajectories (pa.Tables,
-    optional), unscored (a dict of
+    optional), evidence (one document, optional), unscored (a dict of
     name -> PCollection of pa.Tables, one file set per name), metrics (one
     document) and shard_reports (one dict per input file; a run reads at
     least one).
@@ -199,6 +201,9 @@ class WriteOutputs(beam.PTransform):
 
         metrics_path = self._path(METRICS_FILE)
         outputs["metrics"] | "Write metrics.json" >> beam.Map(lambda doc: write_text(metrics_path, to_json(doc)))
+        if "evidence" in outputs:
+            evidence_path = self._path(EVIDENCE_FILE)
+            outputs["evidence"] | "Write evidence.json" >> beam.Map(lambda doc: write_text(evidence_path, to_json(doc)))
         # One finishing step for files and manifest: each global combine
         # costs the runner several stages.
         written = [
