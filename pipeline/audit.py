@@ -39,7 +39,7 @@ def audit_table(block: dict, tool_chars: int = 24) -> str:
             f"{row['no_verdict']:>10} {row['verdict_diverged']:>8} {row['arguments_diverged']:>9} "
             f"{row['principal_diverged']:>9} {row['not_realized']:>12}  {_share(row):<24} "
             f"{row['over_flagged']:>5} {row['under_flagged']:>5}  "
-            f"{'valid on every observed call' if row['valid'] else 'not valid: adjudicate at commit'}"
+            f"{'valid on every observed call' if row['valid'] else 'not valid'}"
         )
     valid = sum(row["valid"] for row in rows)
     lines += ["", f"{valid} of {len(rows)} tool(s) held on every observed call; a call counts under every "

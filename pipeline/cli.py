@@ -17,7 +17,15 @@ from importlib import metadata
 from pathlib import Path
 
 from pipeline import text
-from scoring.layout import COMPARISON_FILE, MANIFEST_FILE, MANIFEST_SCHEMA, METRICS_FILE, REPORT_FILE, SUCCESS_MARKER
+from scoring.layout import (
+    COMPARISON_FILE,
+    EVIDENCE_FILE,
+    MANIFEST_FILE,
+    MANIFEST_SCHEMA,
+    METRICS_FILE,
+    REPORT_FILE,
+    SUCCESS_MARKER,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE_INPUT = 0, 1, 2, 4
 DEMO_MARKER = ".litmus-demo"
@@ -91,7 +99,9 @@ def finish_run(output: str, metrics: dict, manifest: dict, comparison=None) -> N
 
     if comparison is not None:
         write_text(FileSystems.join(output, COMPARISON_FILE), to_json(comparison))
-    write_text(FileSystems.join(output, REPORT_FILE), render_report(metrics, manifest, comparison))
+    evidence_path = FileSystems.join(output, EVIDENCE_FILE)
+    evidence = _read_json(evidence_path) if FileSystems.exists(evidence_path) else None
+    write_text(FileSystems.join(output, REPORT_FILE), render_report(metrics, manifest, comparison, evidence))
 
 
 def score(argv) -> int:

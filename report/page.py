@@ -1,8 +1,8 @@
 """report.html: one self-contained, script-free page that explains a run.
 
-`render_report(metrics, manifest, comparison=None)` builds it from the
-documents a run writes (scoring-v1 metrics, the manifest) and, optionally, a
-litmus-comparison/1 document. Agent, run, tool, task and file names, reasons
+`render_report(metrics, manifest, comparison=None, evidence=None)` builds it
+from the documents a run writes (scoring-v1 metrics, the manifest, the
+evidence) and, optionally, a litmus-comparison/1 document. Agent, run, tool, task and file names, reasons
 and hashes come from adversarial trajectories: they are data, shown as text.
 Jinja2 autoescapes them in the page and in its SVG charts (report.charts),
 and a Content-Security-Policy forbids scripts and fetches anyway.
@@ -17,6 +17,7 @@ from markupsafe import Markup
 
 from pipeline import text
 from report.charts import Series, paired_bars
+from report.evidence import evidence_view, validity_view
 from report.jinja import environment
 from scoring import contract
 from scoring.stats import wilson_interval
@@ -226,8 +227,8 @@ def _inputs(metrics, manifest) -> dict:
 # ---------------------------------------------------------------- page
 
 
-def render_report(metrics: dict, manifest: dict, comparison: dict | None = None) -> str:
-    """The whole report.html for one run, as a string."""
+def render_report(metrics: dict, manifest: dict, comparison: dict | None = None, evidence: dict | None = None) -> str:
+    """The whole report.html for one run, as a string; `evidence` is the run's evidence.json."""
     groups, totals = metrics["groups"], metrics["totals"]
     mode = metrics["adjudication"]
     mode_label = MODE_LABELS.get(mode, display(mode))
@@ -249,6 +250,8 @@ def render_report(metrics: dict, manifest: dict, comparison: dict | None = None)
         charts=_charts(groups, totals, mode_label),
         slices=_slices(groups, totals),
         comparison=_comparison(comparison),
+        validity=validity_view(totals, MAX_ROWS),
+        evidence=evidence_view(evidence, MAX_GROUPS),
         inputs=_inputs(metrics, manifest),
         limits={"rows": MAX_ROWS, "name": NAME_CHARS, "text": TEXT_CHARS, "keep": KEEP_CHARS,
                 "chart": MAX_CHART_GROUPS},

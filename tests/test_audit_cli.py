@@ -20,7 +20,7 @@ def test_audit_names_the_tool_that_diverges_first(tmp_path, capsys):
     assert main(["audit", shard, *RUNNER]) == 0
     lines = capsys.readouterr().out.splitlines()
     transfer, read = lines[1].split(), lines[2].split()
-    assert transfer[:3] == ["transfer_funds", "2", "2"] and lines[1].endswith("not valid: adjudicate at commit")
+    assert transfer[:3] == ["transfer_funds", "2", "2"] and lines[1].endswith("not valid")
     assert read[:3] == ["read_file", "2", "0"] and lines[2].endswith("valid on every observed call")
     assert not any(line.startswith("chmod") for line in lines)
     assert "1 of 2 tool(s) held" in lines[-1]
