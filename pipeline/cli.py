@@ -238,6 +238,8 @@ def main(argv=None) -> int:
     commands.add_parser("score", help="score shards (flags: litmus-score score --help)", add_help=False)
     commands.add_parser("audit", help="per tool: does proposal-time scoring hold? (litmus-score audit --help)",
                         add_help=False)
+    commands.add_parser("show", help="one trajectory of a run, call by call (litmus-score show --help)",
+                        add_help=False)
 
     gen = commands.add_parser("generate", help="write synthetic shards that follow the contract")
     gen.add_argument("--output", required=True)
@@ -267,6 +269,10 @@ def main(argv=None) -> int:
         from pipeline.audit import main as audit
 
         return audit(argv[1:])
+    if argv[:1] == ["show"]:
+        from pipeline.show import main as show
+
+        return show(argv[1:])
     args, beam_args = parser.parse_known_args(argv)
     if args.command == "demo":
         args.beam_args = beam_args
