@@ -15,8 +15,8 @@ import tempfile
 from pipeline import text
 from scoring.validity import audit_rows
 
-HEADER = ("tool", "calls", "unfaithful", "no verdict", "verdict", "arguments", "principal", "not realized",
-          "faithful share (95% CI)", "over", "under", "verdict")
+HEADER = ("tool", "calls", "unfaithful", "no verdict", "verdict diff", "args diff", "principal diff",
+          "not realized", "faithful share (95% CI)", "over", "under", "proposal-time scoring")
 
 
 def _share(row) -> str:
@@ -30,14 +30,14 @@ def audit_table(block: dict, tool_chars: int = 24) -> str:
     if not rows:
         return "no call could be audited: none of a complete trajectory with a commit and JSON-object arguments"
     lines = [
-        f"{HEADER[0]:<{tool_chars}} {HEADER[1]:>7} {HEADER[2]:>10} {HEADER[3]:>10} {HEADER[4]:>8} {HEADER[5]:>9} "
-        f"{HEADER[6]:>9} {HEADER[7]:>12}  {HEADER[8]:<24} {HEADER[9]:>5} {HEADER[10]:>5}  {HEADER[11]}"
+        f"{HEADER[0]:<{tool_chars}} {HEADER[1]:>7} {HEADER[2]:>10} {HEADER[3]:>10} {HEADER[4]:>12} {HEADER[5]:>9} "
+        f"{HEADER[6]:>14} {HEADER[7]:>12}  {HEADER[8]:<24} {HEADER[9]:>5} {HEADER[10]:>5}  {HEADER[11]}"
     ]
     for row in rows:
         lines.append(
             f"{text.display(row['tool'], tool_chars):<{tool_chars}} {row['calls']:>7} {row['unfaithful']:>10} "
-            f"{row['no_verdict']:>10} {row['verdict_diverged']:>8} {row['arguments_diverged']:>9} "
-            f"{row['principal_diverged']:>9} {row['not_realized']:>12}  {_share(row):<24} "
+            f"{row['no_verdict']:>10} {row['verdict_diverged']:>12} {row['arguments_diverged']:>9} "
+            f"{row['principal_diverged']:>14} {row['not_realized']:>12}  {_share(row):<24} "
             f"{row['over_flagged']:>5} {row['under_flagged']:>5}  "
             f"{'valid on every observed call' if row['valid'] else 'not valid'}"
         )

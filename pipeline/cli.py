@@ -71,7 +71,8 @@ def summary(metrics: dict, manifest: dict, output: str) -> str:
             lines.append(f"warning: {_printable(report['file'])}: {_printable(issue)}")
         if report["error"]:
             lines.append(f"error: {_printable(report['file'])} unreadable: {_printable(report['error'])}")
-    lines += ["", f"outputs: {output}/ (report.html, metrics.json, manifest.json, scored/, unscored/)"]
+    lines += ["", f"outputs: {output}/ (report.html, metrics.json, manifest.json, evidence.json, "
+              "scored/, trajectories/, unscored/)"]
     return "\n".join(lines)
 
 
