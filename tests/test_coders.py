@@ -39,3 +39,4 @@ def test_resolved_round_trips(batch):
     assert resolved.calls.num_rows == 22
     decoded = ResolvedCoder().decode(ResolvedCoder().encode(resolved))
     assert decoded.trajectories.equals(resolved.trajectories) and decoded.calls.equals(resolved.calls)
+    assert decoded.inputs.equals(resolved.inputs) and decoded.inputs.num_rows == 22

@@ -52,7 +52,8 @@ def test_without_run_every_run_holding_the_id_is_shown(run, capsys):
 def test_an_escalation_shows_the_patch_and_the_principal_escaped(run, capsys):
     code, out, _ = show(capsys, run, "escalated")
     assert code == 0 and ESC not in out and "send\\x1b[2Jmail" in out
-    assert "allowed at proposal, denied at commit; environment committed it, state changed: escalated_misuse, misuse" in out
+    assert ("allowed at proposal, denied at commit; environment committed it, state changed: "
+            "escalated_misuse, misuse") in out
     assert 'replace /path = "/tmp/report.txt"' not in out and "remove /path" in out and 'add /to = "drop@x"' in out
     assert "principal: agent -> admin" in out
 

@@ -55,7 +55,8 @@ def test_trajectories_reconcile_with_metrics(score_cli, shards, mode):
     assert {(r["run_id"], r["trajectory_id"]) for r in scored} <= {(r["run_id"], r["trajectory_id"]) for r in rows}
     assert len(rows) == len({(r["run_id"], r["trajectory_id"]) for r in rows})
     listed = [path for path in load_json(out / MANIFEST_FILE)["outputs"] if path.startswith(TRAJECTORIES_DIR + "/")]
-    assert listed and sorted(listed) == sorted(f"{TRAJECTORIES_DIR}/{p.name}" for p in (out / TRAJECTORIES_DIR).iterdir())
+    written = sorted(f"{TRAJECTORIES_DIR}/{p.name}" for p in (out / TRAJECTORIES_DIR).iterdir())
+    assert listed and sorted(listed) == written
 
 
 def test_a_run_with_nothing_scored_writes_an_empty_trajectories_file(score_cli, tmp_path):
