@@ -131,3 +131,12 @@ def test_pipeline_metrics_equal_reference(rows, mode):
                 outputs["metrics"] | beam.Map(lambda doc: json.dumps(doc, sort_keys=True)),
                 equal_to([json.dumps(reference(rows, mode)[2], sort_keys=True)]),
             )
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(rows=trajectory_lists(), policy=st.sampled_from([None, POLICY]))
+def test_validity_block_is_the_same_in_every_mode(rows, policy):
+    documents = [vectorized(rows, mode, 8, policy)[2] for mode in c.MODES]
+    blocks = [[(g["run_id"], g["agent"], g["validity"]) for g in d["groups"]] + [d["totals"]["validity"]]
+              for d in documents]
+    assert blocks[0] == blocks[1] == blocks[2]
