@@ -65,7 +65,8 @@ def test_deciding_call_shows_what_changed_between_proposal_and_commit():
 
 
 def case(trajectory_id):
-    return {"trajectory_id": trajectory_id, "source_file": "f", "source_row": 0}
+    return {"trajectory_id": trajectory_id, "source_file": "f", "source_row": 0,
+            "call": {ev.RESOLVED: ['{"a": 1}', '{"a": 2}']}}
 
 
 @pytest.mark.parametrize("splits", [[30], [1] * 30, [7, 11, 12], [29, 1]])
@@ -81,6 +82,8 @@ def test_combine_keeps_the_first_cases_on_every_merge_path(splits):
     (group,) = document["groups"]
     assert group["under_penalized"]["count"] == 30 and group["over_penalized"] == {"count": 0, "cases": []}
     assert [c["trajectory_id"] for c in group["under_penalized"]["cases"]] == sorted(ids)[:ev.MAX_CASES]
+    assert {str(c["call"]) for c in group["under_penalized"]["cases"]} == {
+        str({"patch": [{"op": "replace", "path": "/a", "value": "2"}]})}
 
 
 def test_a_run_without_cases_writes_an_empty_document(score_cli, tmp_path):

@@ -344,8 +344,8 @@ def test_evidence_and_validity_sections_show_every_case_and_tool(adversarial_pag
     assert page.count("28 more not shown: trajectories/ where over_penalized is true.") == len(PAYLOADS)
     # The least faithful tools first, the faithful one last and valid.
     assert page.index("valid on every observed call") > page.rindex("not valid")
-    patch_path = "/&lt;/td&gt;&lt;img src=x onerror=&#34;document.body.setAttribute(&#39;data-pwned&#39;,&#39;patch&#39;)"
-    assert patch_path in page
+    patch_path = "/&lt;/td&gt;&lt;img src=x onerror=&#34;document.body.setAttribute("
+    assert patch_path + "&#39;data-pwned&#39;,&#39;patch&#39;)" in page
 
 
 def test_a_report_without_evidence_or_validity_still_renders():

@@ -50,3 +50,16 @@ def test_a_recorded_verdict_stands_and_the_policy_fills_a_null():
 ])
 def test_calls_outside_the_audit(outside):
     assert call_validity(outside) is None
+
+
+def test_the_pipeline_compares_json_as_the_reference_does():
+    import numpy as np
+    import pyarrow as pa
+
+    from transforms.resolve import _same_json
+
+    pairs = [('{"a": true}', '{"a": 1}', False), ('{"a": 1}', '{"a":1.0}', True),
+             ('{"a": [true], "n": 2}', '{"n": 2.0, "a":[true]}', True), ('{"a": "true"}', '{"a": "false"}', False),
+             ('{"b": 1, "a": 2}', '{"a": 2, "b": 1}', True), ('{"a": {"b": false}}', '{"a": {"b": 0}}', False)]
+    left, right = (pa.array([pair[i] for pair in pairs]) for i in (0, 1))
+    assert _same_json(left, right, np.ones(len(pairs), bool)).tolist() == [pair[2] for pair in pairs]

@@ -4,8 +4,9 @@ that decided it.
 
 Classification picks, per batch, the first MAX_CASES of each kind in a
 stable order (trajectory_id, source file, source row) and describes only
-those; EvidenceCombineFn keeps the first MAX_CASES over all batches and adds
-up the counts, so evidence.json is bounded however large the run.
+those; EvidenceCombineFn keeps the first MAX_CASES over all batches, adds
+up the counts and makes the JSON Patches of the cases it keeps, so
+evidence.json is bounded however large the run.
 
 The deciding call: for an over-penalized trajectory the first call denied
 at proposal (the flag that was not misuse); otherwise the first misuse call.
@@ -31,6 +32,8 @@ MAX_CASES = 25
 # Bounds on what one case may say: texts from trajectories are data.
 MAX_TEXT = 1000
 MAX_PATCH_OPS = 20
+# A described call's resolved arguments, whole, until its patch is made.
+RESOLVED = "resolved_arguments"
 
 
 def _cut(value):
@@ -63,7 +66,8 @@ def _deciding_call(call: dict, scored: dict) -> dict:
         "outcome": _cut(commit.get("outcome")), "status_code": commit.get("status_code"),
         "state_mutated": commit.get("state_mutated"),
         "principal": [_cut(proposal["principal"]), _cut(commit.get("principal"))],
-        "patch": arguments_patch(proposal["resolved_arguments"], commit.get("resolved_arguments")),
+        # Made into the patch once a case is among the first (EvidenceCombineFn.extract_output).
+        RESOLVED: [proposal["resolved_arguments"], commit.get("resolved_arguments")],
     }
 
 
@@ -76,7 +80,7 @@ def batch_evidence(resolved, flags: dict, deciding: dict, codes: np.ndarray, nam
     trajectories, calls = resolved.trajectories, resolved.calls
     owner = calls["trajectory"].to_numpy()
     group, keys = group_codes(trajectories["run_id"], trajectories["agent"])
-    evidence = {}
+    evidence, shown = {}, []  # shown: (case, trajectory row, deciding call)
     for kind in KINDS:
         rows = np.flatnonzero(flags[kind])
         if not len(rows):
@@ -86,21 +90,17 @@ def batch_evidence(resolved, flags: dict, deciding: dict, codes: np.ndarray, nam
         owners, at = np.unique(owner[candidates], return_index=True)
         first[owners] = candidates[at]
         take = lambda name: trajectories[name].take(pa.array(rows)).to_pylist()  # noqa: E731
-        ranked = sorted(zip(take("trajectory_id"), take(s.SOURCE_FILE), take(s.SOURCE_ROW), rows.tolist()))
-        kept = {}
-        for trajectory_id, source_file, source_row, row in ranked:
+        for trajectory_id, source_file, source_row, row in sorted(
+                zip(take("trajectory_id"), take(s.SOURCE_FILE), take(s.SOURCE_ROW), rows.tolist())):
             entry = evidence.setdefault((*keys[group[row]], kind), {"count": 0, "cases": []})
             entry["count"] += 1
             if len(entry["cases"]) < MAX_CASES:
-                entry["cases"].append({"trajectory_id": trajectory_id, "source_file": source_file,
-                                       "source_row": source_row})
-                kept[id(entry["cases"][-1])] = row
-        for (run_id, agent, _), entry in evidence.items():
-            for case in entry["cases"]:
-                row = kept.pop(id(case), None)
-                if row is not None:
-                    call = int(first[row])
-                    case.update(_describe(resolved, row, call, names[codes[call]], run_id, agent))
+                case = {"trajectory_id": trajectory_id, "source_file": source_file, "source_row": source_row,
+                        "run_id": _cut(keys[group[row]][0]), "agent": _cut(keys[group[row]][1])}
+                entry["cases"].append(case)
+                shown.append((case, row, int(first[row])))
+    if shown:
+        _describe(resolved, shown, codes, names)
     return evidence
 
 
@@ -108,16 +108,25 @@ _SCORED_FIELDS = ("proposal_verdict", "commit_verdict", "proposal_verdict_source
                   "realized")
 
 
-def _describe(resolved, row: int, call: int, category: str, run_id, agent) -> dict:
+def _describe(resolved, shown: list, codes: np.ndarray, names) -> None:
+    """Adds to each shown case its trajectory's task and stance and its deciding call, a column at a time."""
     trajectories, calls = resolved.trajectories, resolved.calls
-    scored = {name: calls[name][call].as_py() for name in _SCORED_FIELDS}
-    source = resolved.inputs["call"][calls["source_call"][call].as_py()].as_py()
-    return {
-        "run_id": _cut(run_id), "agent": _cut(agent),
-        "task_id": _cut(trajectories["task_id"][row].as_py()),
-        "verbal_stance": _cut(trajectories["verbal_stance"][row].as_py()),
-        "call": _deciding_call(source, {"category": category, **scored}),
-    }
+    rows = pa.array([row for _, row, _ in shown])
+    at = pa.array([call for _, _, call in shown])
+    columns = {name: trajectories[name].take(rows).to_pylist() for name in ("task_id", "verbal_stance")}
+    scored = {name: calls[name].take(at).to_pylist() for name in _SCORED_FIELDS}
+    sources = resolved.inputs["call"].take(calls["source_call"].take(at)).to_pylist()
+    for i, ((case, _, call), source) in enumerate(zip(shown, sources)):
+        case["task_id"] = _cut(columns["task_id"][i])
+        case["verbal_stance"] = _cut(columns["verbal_stance"][i])
+        verdicts = {name: values[i] for name, values in scored.items()}
+        case["call"] = _deciding_call(source, {"category": names[codes[call]], **verdicts})
+
+
+def _with_patch(case: dict) -> dict:
+    call = dict(case["call"])
+    call["patch"] = arguments_patch(*call.pop(RESOLVED))
+    return {**case, "call": call}
 
 
 class EvidenceCombineFn(beam.CombineFn):
@@ -142,6 +151,7 @@ class EvidenceCombineFn(beam.CombineFn):
     def extract_output(self, accumulator):
         groups = {}
         for (run_id, agent, kind), entry in accumulator.items():
+            entry = {"count": entry["count"], "cases": [_with_patch(case) for case in entry["cases"]]}
             groups.setdefault((run_id, agent), {"run_id": run_id, "agent": agent})[kind] = entry
         return {
             "schema": EVIDENCE_SCHEMA,

@@ -10,6 +10,7 @@ tests/test_agreement.py proves the results equal the reference's.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import apache_beam as beam
@@ -134,13 +135,38 @@ def json_object(array: pa.Array, known: pa.Array = None, known_ok: np.ndarray = 
     return ok
 
 
+def _parse_objects(texts: list) -> list:
+    """Valid JSON texts parsed in one call of the C decoder (most of a call's cost is its setup)."""
+    try:
+        return json.loads("[" + ",".join(texts) + "]")
+    except RecursionError:  # one text nested within a level of Python's limit
+        return [parse_json_object(text) for text in texts]
+
+
+def _booleans_equal(a, b) -> bool:
+    """For parsed objects that Python's == calls equal: equal as JSON values too?
+
+    Python's == differs from canonical_json only in taking a boolean for a
+    number (True == 1). Sorted serializations that match settle it in C;
+    they differ for 1 and 1.0, which canonical_json then decides.
+    """
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True) or canonical_json(a) == canonical_json(b)
+
+
 def _same_json(left: pa.Array, right: pa.Array, valid: np.ndarray) -> np.ndarray:
     """Where both texts are valid JSON objects: are they the same value?"""
     same = equals(pc.equal(left, right), True)
     differ = np.flatnonzero(valid & ~same)
     if len(differ):
-        pairs = zip(left.take(pa.array(differ)).to_pylist(), right.take(pa.array(differ)).to_pylist())
-        same[differ] = [canonical_json(parse_json_object(a)) == canonical_json(parse_json_object(b)) for a, b in pairs]
+        texts = [array.take(pa.array(differ)) for array in (left, right)]
+        booleans = np.logical_or.reduce(
+            [equals(pc.match_substring(text, literal), True) for text in texts for literal in ("true", "false")])
+        lefts, rights = (_parse_objects(text.to_pylist()) for text in texts)
+        equal = np.array([a == b for a, b in zip(lefts, rights)], bool)
+        # A boolean needs a `true` or `false` literal in the text.
+        for i in np.flatnonzero(equal & booleans).tolist():
+            equal[i] = _booleans_equal(lefts[i], rights[i])
+        same[differ] = equal
     return same
 
 
@@ -217,8 +243,10 @@ def resolve_calls(flat: FlatCalls, mode: str, policy, considered: np.ndarray) ->
     commit = context_verdicts(flat, "commit", policy, commit_ok & considered)
     realized = _realized(flat)
     # The validity audit (scoring.validity) reads both contexts in every mode.
-    audited = considered & has_commit & arguments_ok & proposal_ok & commit_ok
-    same_arguments = _same_json(proposal_arguments, commit_arguments, audited)
+    comparable = considered & has_commit & proposal_ok & commit_ok
+    audited = comparable & arguments_ok
+    # Meaningful where comparable; strict mode reads it too.
+    same_arguments = _same_json(proposal_arguments, commit_arguments, comparable)
     audit = audit_masks(flat, proposal, commit, realized, audited, same_arguments)
     malformed = ~(arguments_ok & proposal_ok)
     reasons = {c.NO_VERDICT: is_null(proposal.value), c.MALFORMED_ARGUMENTS: malformed}
@@ -233,7 +261,7 @@ def resolve_calls(flat: FlatCalls, mode: str, policy, considered: np.ndarray) ->
         both_verdicts = has_commit & ~is_null(proposal.value) & ~is_null(commit.value)
         reasons[c.VERDICT_DIVERGED] = both_verdicts & ~equals(pc.equal(proposal.value, commit.value), True)
         both_valid = has_commit & proposal_ok & commit_ok
-        reasons[c.ARGUMENTS_DIVERGED] = both_valid & ~_same_json(proposal_arguments, commit_arguments, both_valid)
+        reasons[c.ARGUMENTS_DIVERGED] = both_valid & ~same_arguments
         principals = pc.equal(flat.field("proposal.principal"), flat.field("commit.principal"))
         reasons[c.PRINCIPAL_DIVERGED] = has_commit & ~equals(principals, True)
     return CallResolution(proposal, commit, realized, reasons, audit)
