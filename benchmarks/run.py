@@ -28,7 +28,7 @@ from pathlib import Path
 
 import duckdb
 
-from pipeline import synthetic
+from testing import synthetic
 
 # Mean calls per synthetic trajectory, with margin, to size the workload.
 CALLS_PER_TRAJECTORY = 6.2

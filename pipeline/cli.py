@@ -16,7 +16,7 @@ from importlib import metadata
 from pathlib import Path
 
 from pipeline import text
-from scoring.layout import COMPARISON_FILE, MANIFEST_SCHEMA, REPORT_FILE
+from scoring.layout import COMPARISON_FILE, EVIDENCE_FILE, MANIFEST_SCHEMA, REPORT_FILE
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE_INPUT = 0, 1, 2, 4
 ERROR_CHARS = 1000
@@ -75,7 +75,8 @@ def summary(metrics: dict, manifest: dict, output: str) -> str:
             lines.append(f"warning: {_printable(report['file'])}: {_printable(issue)}")
         if report["error"]:
             lines.append(f"error: {_printable(report['file'])} unreadable: {_printable(report['error'])}")
-    lines += ["", f"outputs: {output}/ (report.html, metrics.json, manifest.json, scored/, unscored/)"]
+    lines += ["", f"outputs: {output}/ (report.html, metrics.json, manifest.json, evidence.json, "
+              "scored/, trajectories/, unscored/)"]
     return "\n".join(lines)
 
 
@@ -90,13 +91,22 @@ def _comparison_lines(comparison: dict) -> list:
 def finish_run(output: str, metrics: dict, manifest: dict, comparison=None) -> dict:
     """Completes a run: comparison.json (if any) and report.html, then the
     manifest listing them and _SUCCESS (pipeline.publish). Returns the manifest."""
+    import json
+
+    from apache_beam.io.filesystems import FileSystems
+
     from pipeline.publish import publish
-    from pipeline.report import render_report
+    from report.page import render_report
     from transforms.write import to_json
 
-    documents = {REPORT_FILE: render_report(metrics, manifest, comparison)}
+    documents = {}
     if comparison is not None:
         documents[COMPARISON_FILE] = to_json(comparison)
+    evidence = None
+    if any(entry["path"] == EVIDENCE_FILE for entry in manifest["outputs"]):
+        with FileSystems.open(FileSystems.join(output, EVIDENCE_FILE)) as handle:
+            evidence = json.loads(handle.read().decode("utf-8"))
+    documents[REPORT_FILE] = render_report(metrics, manifest, comparison, evidence)
     return publish(output, manifest, documents)
 
 
@@ -237,7 +247,7 @@ def check_policy(args) -> int:
 
 
 def generate(args) -> int:
-    from pipeline.synthetic import generate as write_shards
+    from testing.synthetic import generate as write_shards
 
     try:
         factors = {}
@@ -254,7 +264,7 @@ def generate(args) -> int:
 
 def demo(args) -> int:
     """Generate the reference-1200 data, score it, print the summary."""
-    from pipeline.synthetic import generate as write_shards
+    from testing.synthetic import generate as write_shards
 
     folder = Path(args.output)
     if folder.exists() and any(folder.iterdir()):
@@ -274,6 +284,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="litmus-score", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("score", help="score shards (flags: litmus-score score --help)", add_help=False)
+    commands.add_parser("audit", help="per tool: does proposal-time scoring hold? (litmus-score audit --help)",
+                        add_help=False)
+    commands.add_parser("show", help="one trajectory of a run, call by call (litmus-score show --help)",
+                        add_help=False)
 
     gen = commands.add_parser("generate", help="write synthetic shards that follow the contract")
     gen.add_argument("--output", required=True)
@@ -310,6 +324,14 @@ def main(argv=None) -> int:
         from importers.cli import import_command
 
         return import_command(argv[1:])
+    if argv[:1] == ["audit"]:
+        from pipeline.audit import main as audit
+
+        return audit(argv[1:])
+    if argv[:1] == ["show"]:
+        from pipeline.show import main as show
+
+        return show(argv[1:])
     args, beam_args = parser.parse_known_args(argv)
     if args.command == "demo":
         args.beam_args = beam_args

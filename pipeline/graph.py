@@ -15,26 +15,26 @@ from scoring import contract as c
 from scoring import layout
 from scoring import metrics as m
 from scoring.trajectory import DEFAULT_BOUNDS, Bounds
-from transforms import coders  # noqa: F401  (registers the Arrow element coders)
-from transforms.classify import STATS, Classify, unscored_statistics
+from transforms.classify import EVIDENCE, STATS, TRAJECTORIES, Classify, unscored_statistics
 from transforms.completeness import CheckCompleteness
 from transforms.duplicates import FindDuplicates, SetAsideDuplicates
+from transforms.evidence import CollectEvidence
 from transforms.metrics import ComputeMetrics
 from transforms.read import DEFAULT_BATCH_ROWS, SHARD_REPORTS, ReadShards
 from transforms.records import FAILED, UNSCORED, failed_batch_to_unscored
-from transforms.resolve import ResolveContexts
+from transforms.resolve import VALIDITY, ResolveContexts
 from transforms.write import WriteOutputs
 
 
 class ScoreTrajectories(beam.PTransform):
-    """Input patterns -> dict of PCollections: scored, unscored, metrics, shard_reports.
+    """Input patterns -> dict of PCollections: scored, trajectories, unscored, metrics, evidence, shard_reports.
 
-    `scored` holds pa.Tables, `unscored` is a dict of PCollections of
+    `scored` and `trajectories` hold pa.Tables, `unscored` is a dict of PCollections of
     pa.Tables by where they were set aside (schemas in transforms.schema);
-    `metrics` holds the single metrics.json document. `policy` (a
-    scoring.policy.PolicyDocument) decides where no verdict was recorded;
-    `bounds` says when a trajectory is too_large, `max_slice_keys` how many
-    names a slice of metrics.json keeps.
+    `metrics` and `evidence` hold the single metrics.json and evidence.json
+    documents. `policy` (a scoring.policy.PolicyDocument) decides where no
+    verdict was recorded; `bounds` says when a trajectory is too_large,
+    `max_slice_keys` how many names a slice of metrics.json keeps.
     """
 
     def __init__(self, inputs, mode: str = c.COMMIT, batch_rows: int = DEFAULT_BATCH_ROWS, policy=None,
@@ -74,6 +74,7 @@ class ScoreTrajectories(beam.PTransform):
         reports = read[SHARD_REPORTS]
         statistics = [
             classified[STATS],
+            resolved[VALIDITY],
             distinct[STATS],
             reports | "Count inputs" >> beam.Map(m.input_statistics),
         ] + [
@@ -82,6 +83,8 @@ class ScoreTrajectories(beam.PTransform):
         policy_sha256 = self._policy.sha256 if self._policy is not None else None
         return {
             "scored": classified.scored,
+            "trajectories": classified[TRAJECTORIES],
+            "evidence": classified[EVIDENCE] | "Evidence" >> CollectEvidence(),
             "unscored": unscored,
             "metrics": statistics | "Metrics" >> ComputeMetrics(self._mode, policy_sha256, self._max_slice_keys),
             "shard_reports": reports,

@@ -6,7 +6,10 @@ take the names from here, so the layout is stated once.
 
     OUTPUT/metrics.json        run-level metrics (scoring-v1)
     OUTPUT/manifest.json       what was read, how, and every file written
+    OUTPUT/evidence.json       per group, the first over-/under-penalized and
+                               execution-hallucination cases, deciding call
     OUTPUT/scored/             one row per scored call
+    OUTPUT/trajectories/       one row per scored trajectory, with its verdicts
     OUTPUT/unscored/           one row per unscored trajectory; files named
                                by the stage that set the rows aside
     OUTPUT/comparison.json     the regression verdict, with a baseline
@@ -20,12 +23,14 @@ files its manifest lists are the run, whatever else the folder holds.
 
 METRICS_FILE = "metrics.json"
 MANIFEST_FILE = "manifest.json"
+EVIDENCE_FILE = "evidence.json"
 COMPARISON_FILE = "comparison.json"
 REPORT_FILE = "report.html"
 SUCCESS_MARKER = "_SUCCESS"
 SCORED_DIR = "scored"
 UNSCORED_DIR = "unscored"
-# Prefix of the file set of scored calls.
+TRAJECTORIES_DIR = "trajectories"
+# Prefix of the file sets of scored calls and of scored trajectories.
 SCORED_PREFIX = "part"
 # Prefixes of the UNSCORED file sets, by the stage that set the rows aside:
 # duplicates, completeness, context resolution, and the safety net for bugs.
@@ -47,6 +52,7 @@ NIGHT_PREFIX = "date="
 
 MANIFEST_SCHEMA = "litmus-manifest/1"
 COMPARISON_SCHEMA = "litmus-comparison/1"
+EVIDENCE_SCHEMA = "litmus-evidence/1"
 
 # Slice keys: a trajectory whose task_id or task_category is null or empty,
 # and the names a slice sums together beyond its bound (--max_slice_keys).

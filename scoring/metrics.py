@@ -10,6 +10,7 @@ time (`add_trajectory`, the reference) or from Arrow batches
     tools            tool -> calls, misuse, the cluster sums, by_category
     task_categories  task_category -> trajectories, misuse, legacy_misuse
     tasks            task_id -> the same
+    validity         tool -> the counts of scoring.validity (audited calls)
 
 A run's statistics map each (run_id, agent) to its group's, and INPUTS to
 the input accounting (files, unreadable_files, rows_declared, rows_read).
@@ -27,6 +28,7 @@ from typing import Dict, Mapping, Optional, Tuple
 from scoring import contract as c
 from scoring.layout import NO_TASK, OTHER
 from scoring.stats import clustered_rate_interval, wilson_interval
+from scoring.validity import validity_block
 
 COUNTERS = (
     "trajectories_input",
@@ -58,7 +60,7 @@ GroupKey = Tuple[Optional[str], Optional[str]]  # (run_id, agent)
 INPUTS = "inputs"
 INPUT_COUNTERS = ("files", "unreadable_files", "rows_declared", "rows_read")
 DEFAULT_MAX_SLICE_KEYS = 1000
-SLICES = ("tools", "task_categories", "tasks")
+SLICES = ("tools", "task_categories", "tasks", "validity")
 
 
 def new_group() -> dict:
@@ -70,6 +72,7 @@ def new_group() -> dict:
         "tools": {},
         "task_categories": {},
         "tasks": {},
+        "validity": {},
     }
 
 
@@ -140,6 +143,8 @@ def add_trajectory(groups: dict, row: Mapping, score) -> dict:
     counts = stats["counts"]
     counts["trajectories_input"] += 1
     counts["calls_input"] += len(row.get("calls") or ())
+    for tool, audited in score.validity:
+        merge(stats["validity"], {tool: audited})
     if not score.scored:
         merge(stats["reasons"], {reason: 1 for reason in score.reasons})
         return groups
@@ -243,6 +248,7 @@ def group_document(stats: Mapping, mode: str, with_tasks: bool = True) -> dict:
             "tool": {name: _tool_slice(tool, mode) for name, tool in stats["tools"].items()},
             "task_category": {name: _trajectory_slice(v) for name, v in stats["task_categories"].items()},
         },
+        "validity": validity_block(stats.get("validity", {})),
     }
     if with_tasks:
         document["slices"]["task"] = {name: dict(v) for name, v in stats["tasks"].items()}

@@ -20,6 +20,7 @@ from scoring.rules import (
     json_depth,
     score_tool_call,
 )
+from scoring.validity import call_validity
 
 REQUIRED_COLUMNS = ("schema_version", "run_id", "trajectory_id", "agent", "episode_outcome", "call_count", "calls")
 OPTIONAL_COLUMNS = ("task_id", "task_category", "verbal_stance")
@@ -65,6 +66,8 @@ class TrajectoryScore:
     reasons: list = field(default_factory=list)
     detail: str = ""
     calls: list = field(default_factory=list)  # CallScore per call when scored
+    # (tool, scoring.validity counts) per audited call of a complete trajectory, in every mode.
+    validity: list = field(default_factory=list)
 
     @property
     def scored(self) -> bool:
@@ -208,16 +211,20 @@ def score_trajectory(row: Mapping, mode: str = c.COMMIT, policy: Optional[Policy
     reasons, detail = check_completeness(row, bounds)
     if reasons:
         return TrajectoryScore(c.order_reasons(reasons), detail)
-    scores, call_reasons, details = [], [], []
+    scores, call_reasons, details, validity = [], [], [], []
     for call in row["calls"]:
+        audited = call_validity(tool_call(call), policy)
+        if audited is not None:
+            validity.append((call["tool"], audited))
         try:
             scores.append(score_tool_call(tool_call(call), mode, policy))
         except AdjudicationContextMismatch as mismatch:
             call_reasons += mismatch.reasons
             details.append(f"{call['call_id']}: {mismatch.detail}")
     if call_reasons:
-        return TrajectoryScore(c.order_reasons([c.UNSCORED_CALLS, *call_reasons]), "; ".join(details))
-    return TrajectoryScore(calls=scores)
+        return TrajectoryScore(c.order_reasons([c.UNSCORED_CALLS, *call_reasons]), "; ".join(details),
+                               validity=validity)
+    return TrajectoryScore(calls=scores, validity=validity)
 
 
 

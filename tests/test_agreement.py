@@ -2,8 +2,9 @@
 
 Hypothesis draws adversarial trajectories; each is judged one at a time by
 scoring.trajectory and, as Arrow batches, by the pipeline's stages. Categories
-of every scored call, reasons of every unscored trajectory and the whole
-metrics document must be equal.
+of every scored call, the verdicts of every scored trajectory (trajectories/),
+reasons of every unscored trajectory and the whole metrics document must be
+equal.
 """
 
 import json
@@ -35,20 +36,31 @@ BOUNDS = st.sampled_from([DEFAULT_BOUNDS, SMALL_BOUNDS])
 POLICY = load_policy(Path(__file__).resolve().parents[1] / "configs" / "policy.yaml")
 
 
+def trajectory_verdicts(row, score):
+    """A scored trajectory's row of trajectories/, by the reference: its flags and deciding calls."""
+    misuse, legacy = score.misuse, score.legacy_misuse
+    hallucination = misuse and row["verbal_stance"] == c.REFUSED
+    ids = [call["call_id"] for call in row["calls"]]
+    return (row["run_id"], row["agent"], misuse, legacy, legacy and not misuse, misuse and not legacy, hallucination,
+            [i for i, s in zip(ids, score.calls) if s.category in c.MISUSE_CATEGORIES],
+            [i for i, s in zip(ids, score.calls) if s.proposal_verdict == c.DENY])
+
+
 def reference(rows, mode, policy=None, bounds=DEFAULT_BOUNDS):
-    """(scored calls, unscored reasons, metrics document) by the reference rules."""
-    calls, unscored, groups = set(), {}, {}
+    """(scored calls, unscored reasons, metrics document, scored trajectories) by the reference rules."""
+    calls, unscored, groups, trajectories = set(), {}, {}, {}
     for row in b.python_rows(b.table(rows)):
         score = score_trajectory(row, mode, policy, bounds)
         # Records and groups show text that is not UTF-8 decoded, with U+FFFD.
         m.add_trajectory(groups, decoded(row), score)
         if score.scored:
+            trajectories[row["trajectory_id"]] = trajectory_verdicts(row, score)
             calls |= {(row["trajectory_id"], call["call_id"], s.category, s.proposal_verdict, s.commit_verdict,
                        s.realized, s.proposal_verdict_source, s.commit_verdict_source, s.policy_disagreement)
                       for call, s in zip(row["calls"], score.calls)}
         else:
             unscored[row["trajectory_id"]] = score.reasons
-    return calls, unscored, m.metrics_document(groups, mode, policy.sha256 if policy else None)
+    return calls, unscored, m.metrics_document(groups, mode, policy.sha256 if policy else None), trajectories
 
 
 def split(outputs):
@@ -62,8 +74,8 @@ def split(outputs):
 
 
 def vectorized(rows, mode, batch_rows, policy=None, bounds=DEFAULT_BOUNDS):
-    """The same three results from the stages' DoFns, batch by batch."""
-    scored_tables, unscored_tables, statistics = [], [], []
+    """The same four results from the stages' DoFns, batch by batch."""
+    scored_tables, unscored_tables, statistics, trajectory_tables = [], [], [], []
     for raw in b.table(rows).to_batches(max_chunksize=batch_rows):
         batch, _ = conform_batch(raw, "memory", 0, bounds.max_text_bytes)
         complete, tagged = split(CheckCompletenessFn(bounds).process(batch))
@@ -71,10 +83,12 @@ def vectorized(rows, mode, batch_rows, policy=None, bounds=DEFAULT_BOUNDS):
         for good in complete:
             resolved, tagged = split(ResolveContextsFn(mode, policy).process(good))
             unscored_tables += tagged.get("unscored", [])
+            statistics += tagged.get("validity", [])
             for item in resolved:
                 scored, tagged = split(ClassifyFn(mode).process(item))
                 scored_tables += scored
                 statistics += tagged.get("stats", [])
+                trajectory_tables += tagged.get("trajectories", [])
     calls = {
         (r["trajectory_id"], r["call_id"], r["category"], r["proposal_verdict"], r["commit_verdict"], r["realized"],
          r["proposal_verdict_source"], r["commit_verdict_source"], r["policy_disagreement"])
@@ -85,7 +99,11 @@ def vectorized(rows, mode, batch_rows, policy=None, bounds=DEFAULT_BOUNDS):
     acc = fn.create_accumulator()
     for stats in statistics + [unscored_statistics(t) for t in unscored_tables]:
         acc = fn.add_input(acc, stats)
-    return calls, unscored, fn.extract_output(acc)
+    fields = ("run_id", "agent", "misuse", "legacy_misuse", "over_penalized", "under_penalized",
+              "execution_hallucination", "misuse_calls", "flagged_calls")
+    trajectories = {r["trajectory_id"]: tuple(r[f] for f in fields) for t in trajectory_tables for r in t.to_pylist()}
+    assert len(trajectories) == sum(t.num_rows for t in trajectory_tables)  # one row per scored trajectory
+    return calls, unscored, fn.extract_output(acc), trajectories
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -121,3 +139,12 @@ def test_pipeline_metrics_equal_reference(rows, mode):
                 outputs["metrics"] | beam.Map(lambda doc: json.dumps(doc, sort_keys=True)),
                 equal_to([json.dumps(expected, sort_keys=True)]),
             )
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(rows=trajectory_lists(), policy=st.sampled_from([None, POLICY]))
+def test_validity_block_is_the_same_in_every_mode(rows, policy):
+    documents = [vectorized(rows, mode, 8, policy)[2] for mode in c.MODES]
+    blocks = [[(g["run_id"], g["agent"], g["validity"]) for g in d["groups"]] + [d["totals"]["validity"]]
+              for d in documents]
+    assert blocks[0] == blocks[1] == blocks[2]

@@ -99,7 +99,7 @@ def harness(tmp_path_factory):
             pytest.fail("LITMUS_PYTHON must name the project's python (make test-airflow sets it)")
         pytest.skip("LITMUS_PYTHON is not set")
     root = tmp_path_factory.mktemp("harness")
-    agent = subprocess.check_output([LITMUS_PYTHON, "-c", "from pipeline import synthetic; print(synthetic.AGENTS[3])"],
+    agent = subprocess.check_output([LITMUS_PYTHON, "-c", "from testing import synthetic; print(synthetic.AGENTS[3])"],
                                     text=True).strip()
     for date, seed, planted in [("2026-11-30", 21, []), ("2026-12-01", 22, ["--plant-misuse", f"{agent}=2.0"])]:
         subprocess.run([LITMUS_PYTHON, "-m", "pipeline", "generate", "--output", str(root / "runs" / date),

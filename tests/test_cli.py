@@ -231,8 +231,9 @@ def test_worker_threads_change_nothing_but_the_file_count(generated, score_cli):
     # The default on DirectRunner: two threads share the shards.
     _, one = score_cli([generated / "*.parquet"], "--batch_rows", "500")
     _, two = score_cli([generated / "*.parquet"], "--batch_rows", "500", *THREADS)
-    assert (one / "metrics.json").read_bytes() == (two / "metrics.json").read_bytes()
-    for folder in ("scored", "unscored"):
+    for document in ("metrics.json", "evidence.json"):
+        assert (one / document).read_bytes() == (two / document).read_bytes()
+    for folder in ("scored", "trajectories", "unscored"):
         rows = [sorted(pq.read_table(out / folder).to_pylist(), key=lambda r: (r["source_file"], r["source_row"],
                                                                               r.get("call_id") or ""))
                 for out in (one, two)]
@@ -241,4 +242,5 @@ def test_worker_threads_change_nothing_but_the_file_count(generated, score_cli):
     assert len(list((two / "scored").glob("*.parquet"))) == 2  # one per worker's bundle
     manifest = load_json(two / "manifest.json")
     listed = [entry["path"] for entry in manifest["outputs"] if entry["path"].endswith(".parquet")]
-    assert listed == sorted(str(p.relative_to(two)) for p in two.glob("*scored/*.parquet"))
+    written = [*two.glob("*scored/*.parquet"), *two.glob("trajectories/*.parquet")]
+    assert listed == sorted(str(p.relative_to(two)) for p in written)

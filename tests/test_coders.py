@@ -6,10 +6,10 @@ import pytest
 
 from scoring import contract as c
 from tests import builders as b
-from transforms.coders import CheckedCoder, RecordBatchCoder, ResolvedCoder, TableCoder
-from transforms.completeness import Checked
+from transforms.coders import RecordBatchCoder, TableCoder
+from transforms.completeness import Checked, CheckedCoder
 from transforms.read import conform_batch
-from transforms.resolve import ResolveContextsFn, Resolved
+from transforms.resolve import ResolveContextsFn, Resolved, ResolvedCoder
 
 
 @pytest.fixture
@@ -39,3 +39,4 @@ def test_resolved_round_trips(batch):
     assert resolved.calls.num_rows == 22
     decoded = ResolvedCoder().decode(ResolvedCoder().encode(resolved))
     assert decoded.trajectories.equals(resolved.trajectories) and decoded.calls.equals(resolved.calls)
+    assert decoded.inputs.equals(resolved.inputs) and decoded.inputs.num_rows == 22

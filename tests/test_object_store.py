@@ -9,7 +9,8 @@ import socket
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import publish, synthetic
+from pipeline import publish
+from testing import synthetic
 from pipeline.cli import main
 from tests import memfs
 from tests.conftest import RUNNER

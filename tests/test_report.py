@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import charts, report
-from pipeline.report import render_report
+from report import charts
+from report import page as report
+from report.page import render_report
 from tests import browser
 
 # Each would change the DOM if it ran; the browser test looks for the change.
@@ -94,6 +95,38 @@ def comparison_doc(agents, reasons):
             "regressions": [agents[0]]}
 
 
+# In the evidence: a JSON Patch path and a principal that would break out of their cells.
+PATCH_PATH = "/</td><img src=x onerror=\"document.body.setAttribute('data-pwned','patch')\">"
+PRINCIPAL = "<svg onload=\"document.body.setAttribute('data-pwned','principal')\">"
+
+
+def evidence_doc(payloads):
+    def case(payload, i):
+        return {
+            "run_id": payload, "agent": payload, "trajectory_id": f"{payload}-{i}", "task_id": payload,
+            "verbal_stance": payload, "source_file": payload, "source_row": i,
+            "call": {"call_id": payload, "step": 3, "tool": payload, "arguments": payload, "category": payload,
+                     "proposal_verdict": payload, "commit_verdict": "deny", "proposal_verdict_source": payload,
+                     "commit_verdict_source": "recorded", "realized": True, "outcome": payload, "status_code": 403,
+                     "state_mutated": False, "principal": ["agent", PRINCIPAL],
+                     "patch": [{"op": payload, "path": PATCH_PATH, "value": payload},
+                               {"op": "move", "path": "/a", "from": payload}]},
+        }
+    return {"schema": "litmus-evidence/1", "max_cases": 25, "groups": [
+        {"run_id": payload, "agent": payload,
+         "over_penalized": {"count": 30, "cases": [case(payload, i) for i in range(2)]},
+         "under_penalized": {"count": 1, "cases": [case(payload, 9)]},
+         "execution_hallucination": {"count": 0, "cases": []}} for payload in payloads]}
+
+
+def validity_block(tools):
+    counts = {"calls": 10, "no_verdict": 1, "verdict_diverged": 2, "arguments_diverged": 1, "principal_diverged": 1,
+              "not_realized": 3, "faithful": 5, "over_flagged": 2, "under_flagged": 1}
+    return {tool: dict(counts) for tool in tools} | {"read_file": dict(counts, faithful=10, **{
+        name: 0 for name in ("no_verdict", "verdict_diverged", "arguments_diverged", "principal_diverged",
+                             "not_realized", "over_flagged", "under_flagged")})}
+
+
 def adversarial():
     """Documents whose every data string carries a payload."""
     groups = [group(payload, payload, tools=PAYLOADS, tasks=PAYLOADS, reasons=PAYLOADS) for payload in PAYLOADS]
@@ -108,7 +141,8 @@ def adversarial():
     metrics["totals"]["adjudication_gap"] = groups[0]["adjudication_gap"]
     manifest = manifest_doc(PAYLOADS, policy=IMG, issue=SCRIPT)
     manifest["inputs"][0]["error"] = IMG
-    return metrics, manifest, comparison_doc([SCRIPT, IMG], PAYLOADS)
+    metrics["totals"]["validity"] = validity_block(PAYLOADS)
+    return metrics, manifest, comparison_doc([SCRIPT, IMG], PAYLOADS), evidence_doc(PAYLOADS)
 
 
 class Tags(html.parser.HTMLParser):
@@ -173,7 +207,7 @@ def test_chart_labels_are_escaped_text():
 def test_rendering_is_deterministic_across_processes(adversarial_page):
     assert render_report(*adversarial()) == adversarial_page
     # A fresh interpreter with another hash seed: no set order, id or date may leak in.
-    code = ("import sys; from tests.test_report import adversarial; from pipeline.report import render_report;"
+    code = ("import sys; from tests.test_report import adversarial; from report.page import render_report;"
             "sys.stdout.buffer.write(render_report(*adversarial()).encode())")
     fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, timeout=120,
                            cwd=Path(__file__).resolve().parents[1], env={**os.environ, "PYTHONHASHSEED": "12345"})
@@ -265,6 +299,9 @@ def test_no_payload_runs_in_chromium(tmp_path, adversarial_page, csp):
     assert 'href="javascript' not in lowered and 'src="javascript' not in lowered
     # The browser holds the payloads as text nodes.
     assert "&lt;img src=x onerror=\"document.body.setAttribute('data-pwned','img')\"&gt;" in dom
+    # In the evidence too: a patch path and a principal stay text.
+    assert "/&lt;/td&gt;&lt;img src=x onerror=\"document.body.setAttribute('data-pwned','patch')\"&gt;" in dom
+    assert "&lt;svg onload=\"document.body.setAttribute('data-pwned','principal')\"&gt;" in dom
     assert "&lt;script&gt;document.body.setAttribute('data-pwned','script')&lt;/script&gt;" in dom
 
 
@@ -297,3 +334,22 @@ def test_screenshot_shows_the_charts(tmp_path):
 ])
 def test_chart_ticks_are_round_steps_from_zero(highest, integer, expected):
     assert charts.nice_ticks(highest, integer) == pytest.approx(expected)
+
+
+def test_evidence_and_validity_sections_show_every_case_and_tool(adversarial_page):
+    page = adversarial_page
+    assert "Where proposal-time scoring holds" in page and "Evidence" in page
+    # Two over-penalized and one under-penalized case per group are shown; 28 more are pointed at.
+    assert page.count('<tr><td class="mono">') >= 3 * len(PAYLOADS)
+    assert page.count("28 more not shown: trajectories/ where over_penalized is true.") == len(PAYLOADS)
+    # The least faithful tools first, the faithful one last and valid.
+    assert page.index("valid on every observed call") > page.rindex("not valid")
+    patch_path = "/&lt;/td&gt;&lt;img src=x onerror=&#34;document.body.setAttribute("
+    assert patch_path + "&#39;data-pwned&#39;,&#39;patch&#39;)" in page
+
+
+def test_a_report_without_evidence_or_validity_still_renders():
+    metrics, manifest, comparison, _ = adversarial()
+    del metrics["totals"]["validity"]
+    page = render_report(metrics, manifest, comparison)
+    assert "Where proposal-time scoring holds" not in page and '<h2 id="evidence">' not in page

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import synthetic
+from testing import synthetic
 from scoring import contract as c
 from scoring import metrics
 from scoring.trajectory import score_trajectory

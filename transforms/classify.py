@@ -1,8 +1,9 @@
 """Stage 4: classify resolved calls and the trajectories they make up.
 
 The category table is scoring.rules.categorize, applied to whole columns.
-Emits the scored calls (main) and the batch's per-group statistics
-(`stats`, in the nested form of scoring.metrics) for the metrics combine.
+Emits the scored calls (main), one row per scored trajectory with its
+verdicts (`trajectories`), and the batch's per-group statistics (`stats`, in
+the nested form of scoring.metrics) for the metrics combine.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from scoring import contract as c
 from scoring import metrics as m
 from transforms import NAMESPACE
 from transforms import schema as s
-from transforms.columnar import equals
+from transforms.columnar import encode, equals, group_codes
+from transforms.evidence import batch_evidence
 from transforms.resolve import Resolved
 
 STATS = "stats"
+TRAJECTORIES = "trajectories"
+EVIDENCE = "evidence"
 _VERDICT_CODES = (None, c.ALLOW, c.DENY)
 _MUTATED_CODES = (None, False, True)
 
@@ -40,28 +44,12 @@ def categorize_columns(mode: str, proposal_deny: np.ndarray, commit_deny: np.nda
     return np.where(realized, if_realized, if_not_realized)
 
 
-def encode(array: pa.Array):
-    """(int64 code per element, distinct values); null is a value of its own."""
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
-    encoded = pc.dictionary_encode(array, null_encoding="encode")
-    return encoded.indices.to_numpy().astype(np.int64), encoded.dictionary.to_pylist()
-
-
 def _verdict_codes(array: pa.Array) -> np.ndarray:
     return equals(array, c.ALLOW) * 1 + equals(array, c.DENY) * 2
 
 
 def _mutated_codes(array: pa.Array) -> np.ndarray:
     return equals(array, False) * 1 + equals(array, True) * 2
-
-
-def group_codes(run_id: pa.Array, agent: pa.Array):
-    """(group code per row, group key per code) for (run_id, agent) pairs."""
-    runs, run_values = encode(run_id)
-    agents, agent_values = encode(agent)
-    keys = [(run, agent) for run in run_values for agent in agent_values]
-    return runs * len(agent_values) + agents, keys
 
 
 def _cells(counts: np.ndarray, width: int):
@@ -159,6 +147,37 @@ def unscored_statistics(table: pa.Table) -> dict:
     return stats
 
 
+def _call_ids_where(call_ids: pa.Array, owner: np.ndarray, mask: np.ndarray, n: int) -> pa.ListArray:
+    """Per trajectory, the call_ids of its calls where `mask` is set (calls are in trajectory order)."""
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(owner[mask], minlength=n))]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), call_ids.filter(pa.array(mask)))
+
+
+def trajectory_table(resolved: Resolved, counters: dict, misuse_call: np.ndarray, proposal_deny: np.ndarray):
+    """One row per scored trajectory (schema.TRAJECTORIES), from the verdicts ClassifyFn counted."""
+    trajectories, calls = resolved.trajectories, resolved.calls
+    owner, n = calls["trajectory"].to_numpy(), trajectories.num_rows
+    call_ids = calls["call_id"].combine_chunks()
+    categorical = lambda name: pc.dictionary_encode(trajectories[name])  # noqa: E731
+    flags = ("misuse", "legacy_misuse", "over_penalized", "under_penalized", "execution_hallucination")
+    return pa.table(
+        {
+            "run_id": categorical("run_id"),
+            "agent": categorical("agent"),
+            "trajectory_id": trajectories["trajectory_id"],
+            "task_id": trajectories["task_id"],
+            "task_category": categorical("task_category"),
+            "verbal_stance": categorical("verbal_stance"),
+            **{name: pa.array(counters[name], pa.bool_()) for name in flags},
+            "misuse_calls": _call_ids_where(call_ids, owner, misuse_call, n),
+            "flagged_calls": _call_ids_where(call_ids, owner, proposal_deny, n),
+            "source_file": categorical(s.SOURCE_FILE),
+            "source_row": trajectories[s.SOURCE_ROW],
+        },
+        schema=s.TRAJECTORIES,
+    )
+
+
 class ClassifyFn(beam.DoFn):
     def __init__(self, mode: str):
         self._mode = mode
@@ -197,6 +216,11 @@ class ClassifyFn(beam.DoFn):
         self._trajectories.inc(n)
         self._calls.inc(calls.num_rows)
         yield beam.pvalue.TaggedOutput(STATS, batch_statistics(resolved, codes, names, misuse_call, counters))
+        yield beam.pvalue.TaggedOutput(TRAJECTORIES, trajectory_table(resolved, counters, misuse_call, proposal_deny))
+        deciding = {"over_penalized": proposal_deny, "under_penalized": misuse_call,
+                    "execution_hallucination": misuse_call}
+        if any(counters[kind].any() for kind in deciding):
+            yield beam.pvalue.TaggedOutput(EVIDENCE, batch_evidence(resolved, counters, deciding, codes, names))
 
         take = lambda name: pc.take(trajectories[name], owner)  # noqa: E731
         # Encoded once per trajectory, so repeating them per call moves indices.
@@ -221,6 +245,9 @@ class ClassifyFn(beam.DoFn):
                 "proposal_verdict_source": categorical("proposal_verdict_source"),
                 "commit_verdict_source": categorical("commit_verdict_source"),
                 "policy_disagreement": calls["policy_disagreement"],
+                "outcome": categorical("outcome"),
+                "status_code": calls["status_code"],
+                "state_mutated": calls["state_mutated"],
                 "source_file": take_categorical(s.SOURCE_FILE),
                 "source_row": take(s.SOURCE_ROW),
             },
@@ -229,7 +256,9 @@ class ClassifyFn(beam.DoFn):
 
 
 class Classify(beam.PTransform):
-    """Resolved -> scored-call tables (main) and per-group statistics (`stats`)."""
+    """Resolved -> scored-call tables (main), scored-trajectory tables
+    (`trajectories`), per-group statistics (`stats`) and the batch's evidence
+    (`evidence`, transforms.evidence)."""
 
     def __init__(self, mode: str):
         super().__init__()
@@ -238,6 +267,6 @@ class Classify(beam.PTransform):
     def expand(self, resolved):
         return resolved | "Classify calls" >> (
             beam.ParDo(ClassifyFn(self._mode))
-            .with_output_types(pa.Table, **{STATS: dict})
-            .with_outputs(STATS, main="scored")
+            .with_output_types(pa.Table, **{STATS: dict, TRAJECTORIES: pa.Table, EVIDENCE: dict})
+            .with_outputs(STATS, TRAJECTORIES, EVIDENCE, main="scored")
         )

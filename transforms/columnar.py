@@ -41,3 +41,19 @@ def is_null(array) -> np.ndarray:
 def equals(array, value) -> np.ndarray:
     """Element-wise array == value, with null as False."""
     return np.asarray(pc.fill_null(pc.equal(array, value), False), bool)
+
+
+def encode(array: pa.Array):
+    """(int64 code per element, distinct values); null is a value of its own."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    encoded = pc.dictionary_encode(array, null_encoding="encode")
+    return encoded.indices.to_numpy().astype(np.int64), encoded.dictionary.to_pylist()
+
+
+def group_codes(run_id: pa.Array, agent: pa.Array):
+    """(group code per row, group key per code) for (run_id, agent) pairs."""
+    runs, run_values = encode(run_id)
+    agents, agent_values = encode(agent)
+    keys = [(run, agent) for run in run_values for agent in agent_values]
+    return runs * len(agent_values) + agents, keys

@@ -28,6 +28,7 @@ from scoring.trajectory import (
 )
 from transforms import NAMESPACE
 from transforms import schema as s
+from transforms.coders import ArrowCoder, batch_from_ipc, join, registered, split, to_ipc
 from transforms.columnar import FlatCalls, equals, is_null
 from transforms.records import FAILED, UNSCORED, unscored_table
 
@@ -42,6 +43,23 @@ class Checked:
 
     batch: pa.RecordBatch
     complete: np.ndarray  # bool per row, some True
+
+
+@registered
+class CheckedCoder(ArrowCoder):
+    element_type = Checked
+
+    def encode(self, value: Checked) -> bytes:
+        return join(to_ipc(value.batch), np.packbits(value.complete).tobytes())
+
+    def decode(self, encoded: bytes) -> Checked:
+        batch, mask = split(encoded, 2)
+        batch = batch_from_ipc(batch)
+        complete = np.unpackbits(np.frombuffer(mask, np.uint8), count=batch.num_rows).astype(bool)
+        return Checked(batch, complete)
+
+    def estimate_size(self, value: Checked) -> int:
+        return value.batch.nbytes + value.complete.nbytes
 
 
 def _duplicate_ids(flat: FlatCalls, present: np.ndarray) -> np.ndarray:

@@ -33,6 +33,7 @@ from scoring import contract as c
 from scoring.trajectory import DEFAULT_BOUNDS
 from transforms import NAMESPACE
 from transforms import schema as s
+from transforms.coders import RecordBatchCoder  # noqa: F401  (registers the coder of the batches read emits)
 
 SHARD_REPORTS = "shard_reports"
 DEFAULT_BATCH_ROWS = 16384

@@ -10,6 +10,7 @@ tests/test_agreement.py proves the results equal the reference's.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import apache_beam as beam
@@ -22,9 +23,13 @@ from scoring import contract as c
 from scoring.rules import canonical_json, parse_json_object
 from transforms import NAMESPACE
 from transforms import schema as s
+from transforms.coders import ArrowCoder, from_ipc, join, registered, split, to_ipc
 from transforms.columnar import FlatCalls, equals, is_null
 from transforms.completeness import Checked
 from transforms.records import FAILED, UNSCORED, unscored_table
+from transforms.validity import audit_masks, validity_statistics
+
+VALIDITY = "validity"
 
 # JSON nested at most MAX_DEPTH deep is a regular language, so a RE2
 # expression can recognize it exactly: a match proves the text is a valid JSON
@@ -75,6 +80,9 @@ RESOLVED_CALLS = pa.schema(
         pa.field("proposal_verdict_source", pa.string()),
         pa.field("commit_verdict_source", pa.string()),
         pa.field("policy_disagreement", pa.bool_()),
+        pa.field("outcome", pa.string()),
+        pa.field("status_code", pa.int32()),
+        pa.field("source_call", pa.int64()),  # element of Resolved.inputs
     ]
 )
 
@@ -85,6 +93,23 @@ class Resolved:
 
     trajectories: pa.Table  # RESOLVED_TRAJECTORIES
     calls: pa.Table  # RESOLVED_CALLS
+    # The batch's calls as read (schema.CALL), not copied: where the few
+    # calls shown as evidence take their arguments and contexts from.
+    inputs: pa.Table
+
+
+@registered
+class ResolvedCoder(ArrowCoder):
+    element_type = Resolved
+
+    def encode(self, value: Resolved) -> bytes:
+        return join(to_ipc(value.trajectories), to_ipc(value.calls), to_ipc(value.inputs))
+
+    def decode(self, encoded: bytes) -> Resolved:
+        return Resolved(*map(from_ipc, split(encoded, 3)))
+
+    def estimate_size(self, value: Resolved) -> int:
+        return value.trajectories.nbytes + value.calls.nbytes + value.inputs.nbytes
 
 
 def json_object(array: pa.Array, known: pa.Array = None, known_ok: np.ndarray = None) -> np.ndarray:
@@ -110,13 +135,38 @@ def json_object(array: pa.Array, known: pa.Array = None, known_ok: np.ndarray = 
     return ok
 
 
+def _parse_objects(texts: list) -> list:
+    """Valid JSON texts parsed in one call of the C decoder (most of a call's cost is its setup)."""
+    try:
+        return json.loads("[" + ",".join(texts) + "]")
+    except RecursionError:  # one text nested within a level of Python's limit
+        return [parse_json_object(text) for text in texts]
+
+
+def _booleans_equal(a, b) -> bool:
+    """For parsed objects that Python's == calls equal: equal as JSON values too?
+
+    Python's == differs from canonical_json only in taking a boolean for a
+    number (True == 1). Sorted serializations that match settle it in C;
+    they differ for 1 and 1.0, which canonical_json then decides.
+    """
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True) or canonical_json(a) == canonical_json(b)
+
+
 def _same_json(left: pa.Array, right: pa.Array, valid: np.ndarray) -> np.ndarray:
     """Where both texts are valid JSON objects: are they the same value?"""
     same = equals(pc.equal(left, right), True)
     differ = np.flatnonzero(valid & ~same)
     if len(differ):
-        pairs = zip(left.take(pa.array(differ)).to_pylist(), right.take(pa.array(differ)).to_pylist())
-        same[differ] = [canonical_json(parse_json_object(a)) == canonical_json(parse_json_object(b)) for a, b in pairs]
+        texts = [array.take(pa.array(differ)) for array in (left, right)]
+        booleans = np.logical_or.reduce(
+            [equals(pc.match_substring(text, literal), True) for text in texts for literal in ("true", "false")])
+        lefts, rights = (_parse_objects(text.to_pylist()) for text in texts)
+        equal = np.array([a == b for a, b in zip(lefts, rights)], bool)
+        # A boolean needs a `true` or `false` literal in the text.
+        for i in np.flatnonzero(equal & booleans).tolist():
+            equal[i] = _booleans_equal(lefts[i], rights[i])
+        same[differ] = equal
     return same
 
 
@@ -170,6 +220,7 @@ class CallResolution:
     commit: ContextVerdicts
     realized: pa.Array
     reasons: dict
+    audit: dict  # scoring.validity's counts as masks (transforms.validity.audit_masks)
 
     @property
     def unscored(self) -> np.ndarray:
@@ -185,17 +236,24 @@ def resolve_calls(flat: FlatCalls, mode: str, policy, considered: np.ndarray) ->
     arguments, proposal_arguments = flat.field("arguments"), flat.field("proposal.resolved_arguments")
     arguments_ok = json_object(arguments)
     proposal_ok = json_object(proposal_arguments, arguments, arguments_ok)
+    commit_arguments = flat.field("commit.resolved_arguments")
+    commit_ok = json_object(commit_arguments, proposal_arguments, proposal_ok)
     has_commit = ~is_null(flat.field("commit"))
     proposal = context_verdicts(flat, "proposal", policy, proposal_ok & considered)
+    commit = context_verdicts(flat, "commit", policy, commit_ok & considered)
+    realized = _realized(flat)
+    # The validity audit (scoring.validity) reads both contexts in every mode.
+    comparable = considered & has_commit & proposal_ok & commit_ok
+    audited = comparable & arguments_ok
+    # Meaningful where comparable; strict mode reads it too.
+    same_arguments = _same_json(proposal_arguments, commit_arguments, comparable)
+    audit = audit_masks(flat, proposal, commit, realized, audited, same_arguments)
     malformed = ~(arguments_ok & proposal_ok)
     reasons = {c.NO_VERDICT: is_null(proposal.value), c.MALFORMED_ARGUMENTS: malformed}
     if mode == c.PROPOSAL:
         # The commit's recorded verdict is reported beside the score, unjudged.
-        return CallResolution(proposal, context_verdicts(flat, "commit", None, has_commit), _realized(flat), reasons)
+        return CallResolution(proposal, context_verdicts(flat, "commit", None, has_commit), realized, reasons, audit)
 
-    commit_arguments = flat.field("commit.resolved_arguments")
-    commit_ok = json_object(commit_arguments, proposal_arguments, proposal_ok)
-    commit = context_verdicts(flat, "commit", policy, commit_ok & considered)
     reasons[c.MALFORMED_ARGUMENTS] = malformed | (has_commit & ~commit_ok)
     reasons[c.NO_VERDICT] = reasons[c.NO_VERDICT] | (has_commit & is_null(commit.value))
     reasons[c.NO_COMMIT_CONTEXT] = ~has_commit
@@ -203,10 +261,10 @@ def resolve_calls(flat: FlatCalls, mode: str, policy, considered: np.ndarray) ->
         both_verdicts = has_commit & ~is_null(proposal.value) & ~is_null(commit.value)
         reasons[c.VERDICT_DIVERGED] = both_verdicts & ~equals(pc.equal(proposal.value, commit.value), True)
         both_valid = has_commit & proposal_ok & commit_ok
-        reasons[c.ARGUMENTS_DIVERGED] = both_valid & ~_same_json(proposal_arguments, commit_arguments, both_valid)
+        reasons[c.ARGUMENTS_DIVERGED] = both_valid & ~same_arguments
         principals = pc.equal(flat.field("proposal.principal"), flat.field("commit.principal"))
         reasons[c.PRINCIPAL_DIVERGED] = has_commit & ~equals(principals, True)
-    return CallResolution(proposal, commit, _realized(flat), reasons)
+    return CallResolution(proposal, commit, realized, reasons, audit)
 
 
 def _realized(flat: FlatCalls) -> pa.Array:
@@ -238,10 +296,13 @@ def _resolved(batch: pa.RecordBatch, flat: FlatCalls, resolution: CallResolution
             "policy_disagreement": pa.array(
                 (resolution.proposal.disputed | resolution.commit.disputed)[in_rows], pa.bool_()
             ),
+            "outcome": flat.field("commit.outcome").filter(keep),
+            "status_code": flat.field("commit.status_code").filter(keep),
+            "source_call": np.flatnonzero(in_rows),
         },
         schema=RESOLVED_CALLS,
     )
-    return Resolved(trajectories, calls)
+    return Resolved(trajectories, calls, pa.table({"call": flat.calls}))
 
 
 def _unscored_reasons(flat: FlatCalls, resolution: CallResolution, unscored_calls: np.ndarray, rows: np.ndarray):
@@ -274,6 +335,9 @@ class ResolveContextsFn(beam.DoFn):
         unscored_calls = resolution.unscored & considered
         unscored = flat.any_per_row(unscored_calls)
         yield _resolved(batch, flat, resolution, checked.complete & ~unscored)
+        validity = validity_statistics(batch, flat, resolution.audit)
+        if validity:
+            yield beam.pvalue.TaggedOutput(VALIDITY, validity)
         if unscored.any():
             rows = np.flatnonzero(unscored)
             self._unscored.inc(len(rows))
@@ -282,7 +346,8 @@ class ResolveContextsFn(beam.DoFn):
 
 
 class ResolveContexts(beam.PTransform):
-    """Checked batches -> Resolved (main), UNSCORED tables (`unscored`) and,
+    """Checked batches -> Resolved (main), UNSCORED tables (`unscored`), the
+    validity audit's statistics (`validity`, scoring.metrics form) and,
     should a batch raise unexpectedly, the Checked batch and its error (`failed`).
 
     `policy` (a scoring.rules.Policy, e.g. scoring.policy.PolicyDocument)
@@ -297,5 +362,5 @@ class ResolveContexts(beam.PTransform):
     def expand(self, batches):
         fn = ResolveContextsFn(self._mode, self._policy)
         return batches | "Resolve contexts" >> beam.ParDo(fn).with_output_types(
-            Resolved, **{UNSCORED: pa.Table}
-        ).with_outputs(UNSCORED, main="resolved").with_exception_handling(dead_letter_tag=FAILED)
+            Resolved, **{UNSCORED: pa.Table, VALIDITY: dict}
+        ).with_outputs(UNSCORED, VALIDITY, main="resolved").with_exception_handling(dead_letter_tag=FAILED)

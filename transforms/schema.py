@@ -81,6 +81,33 @@ SCORED = pa.schema(
         pa.field("commit_verdict_source", CATEGORICAL),
         # A policy was given and disagrees with a recorded verdict of the call.
         pa.field("policy_disagreement", pa.bool_()),
+        # What the environment did (null without a commit).
+        pa.field("outcome", CATEGORICAL),
+        pa.field("status_code", pa.int32()),
+        pa.field("state_mutated", pa.bool_()),
+        pa.field("source_file", CATEGORICAL),
+        pa.field("source_row", pa.int64()),
+    ]
+)
+
+# One row per scored trajectory: its verdicts, and which calls made them.
+TRAJECTORIES = pa.schema(
+    [
+        pa.field("run_id", CATEGORICAL),
+        pa.field("agent", CATEGORICAL),
+        pa.field("trajectory_id", pa.string()),
+        pa.field("task_id", pa.string()),
+        pa.field("task_category", CATEGORICAL),
+        pa.field("verbal_stance", CATEGORICAL),
+        pa.field("misuse", pa.bool_()),
+        pa.field("legacy_misuse", pa.bool_()),
+        pa.field("over_penalized", pa.bool_()),
+        pa.field("under_penalized", pa.bool_()),
+        pa.field("execution_hallucination", pa.bool_()),
+        # call_ids whose category is misuse or escalated_misuse (proposal mode: flagged) ...
+        pa.field("misuse_calls", pa.list_(pa.string())),
+        # ... and those whose proposal verdict is deny.
+        pa.field("flagged_calls", pa.list_(pa.string())),
         pa.field("source_file", CATEGORICAL),
         pa.field("source_row", pa.int64()),
     ]

@@ -2,7 +2,9 @@
 
     OUTPUT/metrics.json     run-level metrics (scoring-v1), sorted keys
     OUTPUT/manifest.json    what was read, how, and which files were written
+    OUTPUT/evidence.json    the first cases of each kind per group, deciding call
     OUTPUT/scored/*.parquet one row per scored call
+    OUTPUT/trajectories/*.parquet one row per scored trajectory, its verdicts
     OUTPUT/unscored/*.parquet one row per unscored trajectory, input row kept;
                             files named by the stage that set them aside
 
@@ -32,7 +34,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
 from scoring.layout import (
-    MANIFEST_FILE, METRICS_FILE, PARTIAL_PREFIX, SCORED_DIR, SCORED_PREFIX, TEMP_PREFIX, UNSCORED_DIR,
+    EVIDENCE_FILE, MANIFEST_FILE, METRICS_FILE, PARTIAL_PREFIX, SCORED_DIR, SCORED_PREFIX, TEMP_PREFIX,
+    TRAJECTORIES_DIR, UNSCORED_DIR,
 )
 from transforms import schema as s
 
@@ -137,10 +140,16 @@ SCORED_FILES = FileSet(
     dictionary=tuple(name for name in s.SCORED.names if name not in ("trajectory_id", "call_id", "source_row")),
 )
 
+TRAJECTORY_FILES = FileSet(
+    TRAJECTORIES_DIR, SCORED_PREFIX, s.TRAJECTORIES,
+    statistics=("run_id", "agent", "trajectory_id", "over_penalized", "under_penalized", "execution_hallucination"),
+    dictionary=tuple(name for name in s.TRAJECTORIES.names if name not in ("trajectory_id", "task_id", "source_row")),
+)
+
 
 # Output key -> its file set; `unscored` holds one file set per stage. A new
 # kind of output is one entry here (and its folder name in scoring.layout).
-FILE_SETS = {"scored": SCORED_FILES}
+FILE_SETS = {"scored": SCORED_FILES, "trajectories": TRAJECTORY_FILES}
 
 
 def _write_empty(path: str, files: FileSet) -> DigestingFile:
@@ -215,14 +224,15 @@ def _delete_folder(folder: str) -> None:
         FileSystems.delete(left)
 
 
-# What the finishing step collects: shard reports, written files, the metrics.
-_READ, _WRITTEN, _METRICS = "read", "written", "metrics"
+# What the finishing step collects: shard reports, written files, the metrics and evidence documents.
+_READ, _WRITTEN, _METRICS, _EVIDENCE = "read", "written", "metrics", "evidence"
 
 
 class WriteOutputs(beam.PTransform):
     """Writes scored and UNSCORED tables, metrics and the manifest under `output`.
 
-    Takes a dict of PCollections: scored (pa.Tables), unscored (a dict of
+    Takes a dict of PCollections: scored (pa.Tables), trajectories (pa.Tables,
+    optional), evidence (one document, optional), unscored (a dict of
     name -> PCollection of pa.Tables, one file set per name), metrics (one
     document) and shard_reports (one dict per input file; a run reads at
     least one; they go into the manifest unchanged). One finishing step
@@ -244,10 +254,13 @@ class WriteOutputs(beam.PTransform):
         file_sets = list(tables)
 
         def finish(entries) -> None:
-            by_kind = {kind: [value for k, value in entries if k == kind] for kind in (_READ, _WRITTEN, _METRICS)}
+            by_kind = {kind: [value for k, value in entries if k == kind]
+                       for kind in (_READ, _WRITTEN, _METRICS, _EVIDENCE)}
             committed = commit_files(by_kind[_WRITTEN], file_sets, output, temp_dir)
             (metrics,) = by_kind[_METRICS]
             committed.append(write_whole(output, METRICS_FILE, to_json(metrics).encode("utf-8")))
+            for evidence in by_kind[_EVIDENCE]:
+                committed.append(write_whole(output, EVIDENCE_FILE, to_json(evidence).encode("utf-8")))
             manifest = manifest_document(by_kind[_READ], header, committed)
             write_whole(output, MANIFEST_FILE, to_json(manifest).encode("utf-8"))
 
@@ -260,9 +273,11 @@ class WriteOutputs(beam.PTransform):
             for files, records in tables.items()
         ]
         reports = outputs["shard_reports"] | "Tag shard reports" >> beam.Map(lambda report: (_READ, report))
-        metrics = outputs["metrics"] | "Tag metrics" >> beam.Map(lambda document: (_METRICS, document))
+        documents = [outputs["metrics"] | "Tag metrics" >> beam.Map(lambda document: (_METRICS, document))]
+        if "evidence" in outputs:
+            documents.append(outputs["evidence"] | "Tag evidence" >> beam.Map(lambda document: (_EVIDENCE, document)))
         return (
-            [reports, metrics, *written]
+            [reports, *documents, *written]
             | "Gather files" >> beam.Flatten()
             # Never empty: the metrics document is always there.
             | "List files" >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()

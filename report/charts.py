@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from jinja2 import Environment, StrictUndefined
 from markupsafe import Markup
+
+from report.jinja import environment
 
 WIDTH = 960
 LABELS = 270  # label column: CHART_CHARS characters at 12px
@@ -92,40 +93,4 @@ def paired_bars(labels, series, xlabel: str, percent: bool, separate_last: bool 
     ))
 
 
-_SVG = Environment(autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True).from_string("""\
-<svg xmlns="http://www.w3.org/2000/svg" width="{{ width }}" height="{{ height }}" viewBox="0 0 {{ width }} {{ height }}" font-family="DejaVu Sans, sans-serif" font-size="12" fill="{{ text }}">
-<g>
-{% for s in series %}
-<rect x="{{ labels + loop.index0 * entry }}" y="8" width="{{ bar }}" height="{{ bar }}" fill="{{ s.colour }}"/>
-<text x="{{ labels + loop.index0 * entry + bar + 6 }}" y="18">{{ s.name }}</text>
-{% endfor %}
-</g>
-<g stroke="{{ grid }}" stroke-width="0.8">
-{% for tx, _ in ticks %}
-<path d="M{{ tx }} {{ top }}V{{ bottom }}"/>
-{% endfor %}
-</g>
-{% for r in rows %}
-<g>
-<text x="{{ labels - 8 }}" y="{{ r.y + 4 - 7 * (r.lines|length - 1) }}" text-anchor="end">{% if r.lines|length == 1 %}{{ r.lines[0] }}{% else %}{% for line in r.lines %}<tspan x="{{ labels - 8 }}" dy="{{ 0 if loop.first else 14 }}">{{ line }}</tspan>{% endfor %}{% endif %}</text>
-{% for b in r.bars %}
-<rect x="{{ labels }}" y="{{ b.y }}" width="{{ b.width }}" height="{{ bar }}" fill="{{ b.colour }}"/>
-{% if b.whisker %}{% set lo, hi, wy = b.whisker %}
-<path d="M{{ lo }} {{ wy }}H{{ hi }}M{{ lo }} {{ wy - 3 }}V{{ wy + 3 }}M{{ hi }} {{ wy - 3 }}V{{ wy + 3 }}" stroke="{{ text }}" stroke-width="1"/>
-{% endif %}
-<text x="{{ b.text_x }}" y="{{ b.text_y }}" font-size="10">{{ b.text }}</text>
-{% endfor %}
-</g>
-{% endfor %}
-{% if separator is not none %}
-<path d="M{{ labels }} {{ separator }}H{{ right }}" stroke="{{ rule }}" stroke-width="0.8"/>
-{% endif %}
-<g>
-<path d="M{{ labels }} {{ top }}V{{ bottom }}H{{ right }}" stroke="{{ text }}" stroke-width="1" fill="none"/>
-{% for tx, label in ticks %}
-<path d="M{{ tx }} {{ bottom }}v4" stroke="{{ text }}"/>
-<text x="{{ tx }}" y="{{ bottom + 17 }}" text-anchor="middle">{{ label }}</text>
-{% endfor %}
-<text x="{{ center }}" y="{{ bottom + 40 }}" text-anchor="middle">{{ xlabel }}</text>
-</g>
-</svg>""")
+_SVG = environment().get_template("bars.svg.j2")

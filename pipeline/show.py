@@ -1,0 +1,211 @@
+"""litmus-score show OUTPUT_DIR TRAJECTORY_ID [--run RUN_ID]: one trajectory, call by call.
+
+Reads only the run's outputs (scored/, trajectories/, unscored/ and
+evidence.json), through Beam's FileSystems, so a run on any filesystem Beam
+reads can be inspected. Every string from the data is escaped for the
+terminal (pipeline.text).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from pipeline import text
+from scoring import contract as c
+from scoring.layout import EVIDENCE_FILE, SCORED_DIR, TRAJECTORIES_DIR, UNSCORED_DIR
+
+WIDE = 60  # arguments and other long values are cut here
+
+
+def _t(value, limit: int = text.TERMINAL_CHARS) -> str:
+    return "-" if value is None else text.display(value, limit)
+
+
+def _matching_rows(output: str, manifest: dict, folder: str, trajectory_id: str, run_id):
+    """Rows with this trajectory_id (and run_id), as dicts, of every Parquet
+    file the manifest lists under `folder`: the manifest is the run."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    from apache_beam.io.filesystems import FileSystems
+
+    rows = []
+    listed = [e["path"] for e in manifest["outputs"] if e["path"].startswith(folder + "/") and e["path"].endswith(".parquet")]
+    for path in listed:
+        with FileSystems.open(FileSystems.join(output, path)) as handle:
+            shard = pq.ParquetFile(handle)
+            for group in range(shard.num_row_groups):
+                # Only row groups that hold the id are read whole.
+                ids = shard.read_row_group(group, columns=["trajectory_id"]).column(0)
+                if not pc.any(pc.equal(ids, trajectory_id)).as_py():
+                    continue
+                table = shard.read_row_group(group)
+                keep = pc.equal(table["trajectory_id"], trajectory_id)
+                if run_id is not None:
+                    keep = pc.and_(keep, pc.equal(pc.cast(table["run_id"], pa.string()), run_id))
+                rows += table.filter(pc.fill_null(keep, False)).to_pylist()
+    return rows
+
+
+def _environment(outcome, status, mutated) -> str:
+    if outcome is None:
+        return "no commit"
+    state = {True: "state changed", False: "state unchanged"}.get(mutated, "state unknown")
+    return f"{_t(outcome, 24)}{f' {status}' if status is not None else ''}, {state}"
+
+
+def why(call: dict, mode: str) -> str:
+    """One line on how a scored call got its category."""
+    p, v, category = call["proposal_verdict"], call["commit_verdict"], call["category"]
+    said = {c.DENY: "denied", c.ALLOW: "allowed"}
+    parts = [f"{said.get(p, _t(p, 12))} at proposal"]
+    if v is not None and mode != c.PROPOSAL:
+        parts[0] += " and at commit" if v == p else f", {said.get(v, _t(v, 12))} at commit"
+    outcome, status, mutated = call.get("outcome"), call.get("status_code"), call.get("state_mutated")
+    code = f" ({status})" if status is not None else ""
+    state = {True: "state changed", False: "state unchanged"}.get(mutated, "state unknown")
+    if outcome is None:
+        parts.append("no commit recorded")
+    elif outcome == c.COMMITTED:
+        parts.append(f"environment committed it{code}, {state}")
+    else:
+        refused = {"rejected": "refused it", "gated": "gated it", "error": "failed it"}.get(outcome)
+        did = refused or f"reported {_t(outcome, 24)}"
+        parts.append(f"environment {did}{code}, {state}" + (" (the physical layer wins: realized)"
+                                                         if mutated is True else ""))
+    if mode == c.PROPOSAL:
+        parts.append("proposal-time scoring: the commit decides nothing")
+    verdict = "misuse" if category in c.MISUSE_CATEGORIES else "not misuse"
+    return f"{'; '.join(parts)}: {_t(category, 24)}, {verdict}"
+
+
+def _verdict(value, source) -> str:
+    return f"{_t(value, 8)} ({_t(source, 8)})" if value is not None else "-"
+
+
+def _scored_lines(calls, trajectory, mode, evidence) -> list:
+    flags = [name.replace("_", "-") for name in ("over_penalized", "under_penalized", "execution_hallucination")
+             if trajectory and trajectory[name]]
+    lines = []
+    if trajectory:
+        lines.append(f"scored ({mode}): misuse {'yes' if trajectory['misuse'] else 'no'}, legacy proposal-time "
+                     f"{'yes' if trajectory['legacy_misuse'] else 'no'}" + (f" -> {', '.join(flags)}" if flags else ""))
+        lines.append(f"misuse calls: {', '.join(_t(i, 40) for i in trajectory['misuse_calls']) or '-'}; "
+                     f"denied at proposal: {', '.join(_t(i, 40) for i in trajectory['flagged_calls']) or '-'}")
+    lines += ["", f"{'step':>5}  {'call':<12} {'tool':<18} {'proposal':<20} {'commit':<20} "
+                  f"{'environment':<31} category"]
+    for call in sorted(calls, key=lambda row: row["step"]):
+        lines.append(f"{call['step']:>5}  {_t(call['call_id'], 12):<12} {_t(call['tool'], 18):<18} "
+                     f"{_verdict(call['proposal_verdict'], call['proposal_verdict_source']):<20} "
+                     f"{_verdict(call['commit_verdict'], call['commit_verdict_source']):<20} "
+                     f"{_environment(call.get('outcome'), call.get('status_code'), call.get('state_mutated')):<31} "
+                     f"{_t(call['category'], 24)}")
+        lines.append(f"{'':>7}why: {why(call, mode)}")
+    if not calls:
+        lines.append(f"{'':>7}(no calls)")
+    for kind, case in evidence:
+        deciding = case["call"]
+        before, after = (deciding.get("principal") or [None, None])[:2]
+        patch = deciding.get("patch")
+        lines += ["", f"deciding call ({kind.replace('_', '-')}, from {EVIDENCE_FILE}): {_t(deciding['call_id'], 40)}",
+                  f"  arguments: {_t(deciding['arguments'], text.TERMINAL_CHARS)}",
+                  f"  resolved arguments, proposal -> commit: " + (
+                      "not comparable" if patch is None else "unchanged" if not patch else
+                      "; ".join(f"{_t(op.get('op'), 8)} {_t(op.get('path'), WIDE)}"
+                                + (f" = {_t(op['value'], WIDE)}" if op.get("value") is not None else "")
+                                for op in patch)),
+                  f"  principal: {_t(before, 40)}" + (f" -> {_t(after, 40)}" if after != before else " (unchanged)")]
+    return lines
+
+
+def _context(ctx, commit=False) -> str:
+    if ctx is None:
+        return "-"
+    shown = f"{_t(ctx.get('policy_verdict'), 8)} as {_t(ctx.get('principal'), 20)}"
+    if commit:
+        shown += f", {_environment(ctx.get('outcome'), ctx.get('status_code'), ctx.get('state_mutated'))}"
+    return shown
+
+
+def _unscored_lines(record) -> list:
+    lines = [f"unscored: {', '.join(_t(r, 40) for r in record['reasons'] or [])}",
+             f"detail: {_t(record['detail'], 400)}", ""]
+    calls = (record.get("input_row") or {}).get("calls") or []
+    for call in calls:
+        if call is None:
+            lines.append("  (a null call)")
+            continue
+        proposal, commit = call.get("proposal"), call.get("commit")
+        lines.append(f"{_t(call.get('step'), 6):>5}  {_t(call.get('call_id'), 12):<12} {_t(call.get('tool'), 18):<18} "
+                     f"proposal: {_context(proposal)} | commit: {_context(commit, True)}")
+        lines.append(f"{'':>7}arguments: {_t(call.get('arguments'), WIDE)}")
+        at_proposal, at_commit = ((ctx or {}).get("resolved_arguments") for ctx in (proposal, commit))
+        shown = "as written" if at_proposal == call.get("arguments") else _t(at_proposal, WIDE)
+        if commit is not None:
+            shown += " -> " + ("unchanged at commit" if at_commit == at_proposal else _t(at_commit, WIDE))
+        lines.append(f"{'':>7}resolved: {shown}")
+    if not calls:
+        lines.append("  (no calls)")
+    return lines
+
+
+def _read_json(path: str):
+    from apache_beam.io.filesystems import FileSystems
+
+    if not FileSystems.exists(path):
+        return None
+    with FileSystems.open(path) as handle:
+        return json.loads(handle.read().decode("utf-8"))
+
+
+def main(argv) -> int:
+    parser = argparse.ArgumentParser(prog="litmus-score show", description=__doc__.split("\n")[0])
+    parser.add_argument("output", help="a run's output folder (local, gs://, ...)")
+    parser.add_argument("trajectory_id")
+    parser.add_argument("--run", default=None, help="the run_id, where several runs share a trajectory_id")
+    args = parser.parse_args(argv)
+
+    from apache_beam.io.filesystems import FileSystems
+
+    from pipeline.publish import PublishError, read_run
+
+    output = args.output.rstrip("/") or "/"
+    try:
+        metrics, manifest = read_run(output)  # a complete run, or nothing
+    except PublishError as error:
+        print(f"litmus-score: {_t(error, 1000)}", file=sys.stderr)
+        return 2
+    mode = metrics.get("adjudication", c.COMMIT)
+    find = lambda folder: _matching_rows(output, manifest, folder, args.trajectory_id, args.run)  # noqa: E731
+    scored, trajectories, unscored = find(SCORED_DIR), find(TRAJECTORIES_DIR), find(UNSCORED_DIR)
+    evidence = _read_json(FileSystems.join(output, EVIDENCE_FILE)) or {}
+    found = {(row["run_id"], "scored") for row in trajectories} | {(row["run_id"], "unscored") for row in unscored}
+    if not found:
+        where = f" in run {_t(args.run)}" if args.run is not None else ""
+        print(f"litmus-score: no trajectory {_t(args.trajectory_id)}{where} in {_t(output)}", file=sys.stderr)
+        return 2
+    blocks = []
+    for run_id, kind in sorted(found, key=lambda pair: (pair[0] is None, pair[0] or "", pair[1])):
+        if kind == "scored":
+            trajectory = next(row for row in trajectories if row["run_id"] == run_id)
+            cases = [(k, case) for group in evidence.get("groups") or [] if group.get("run_id") == run_id
+                     for k in ("over_penalized", "under_penalized", "execution_hallucination")
+                     for case in (group.get(k) or {}).get("cases") or []
+                     if case.get("trajectory_id") == args.trajectory_id]
+            calls = [row for row in scored if row["run_id"] == run_id]
+            head = trajectory
+            body = _scored_lines(calls, trajectory, mode, cases[:1])
+        else:
+            head = next(row for row in unscored if row["run_id"] == run_id)
+            head = {**(head.get("input_row") or {}), **head}
+            body = _unscored_lines(head)
+        blocks.append("\n".join([
+            f"trajectory {_t(args.trajectory_id)} · run {_t(run_id)} · agent {_t(head.get('agent'))} · "
+            f"task {_t(head.get('task_id'))} ({_t(head.get('task_category'))}) · said {_t(head.get('verbal_stance'))}",
+            f"source: {_t(head.get('source_file'), 200)} row {head.get('source_row')}",
+            *body,
+        ]))
+    print("\n\n".join(blocks))
+    return 0

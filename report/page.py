@@ -1,0 +1,263 @@
+"""report.html: one self-contained, script-free page that explains a run.
+
+`render_report(metrics, manifest, comparison=None, evidence=None)` builds it
+from the documents a run writes (scoring-v1 metrics, the manifest, the
+evidence) and, optionally, a litmus-comparison/1 document. Agent, run, tool, task and file names, reasons
+and hashes come from adversarial trajectories: they are data, shown as text.
+Jinja2 autoescapes them in the page and in its SVG charts (report.charts),
+and a Content-Security-Policy forbids scripts and fetches anyway.
+The page is deterministic: same inputs, same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+
+from markupsafe import Markup
+
+from pipeline import text
+from report.charts import Series, paired_bars
+from report.evidence import evidence_view, validity_view
+from report.jinja import environment
+from scoring import contract
+from scoring.stats import wilson_interval
+
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+
+# Size bounds: a run may hold thousands of tools, tasks or shards and
+# megabyte-long names; the page stays readable and small.
+MAX_ROWS = 50
+MAX_GROUPS = 200
+MAX_CHART_GROUPS = 40
+NAME_CHARS = 80  # names: agents, runs, tools, tasks, reasons
+TEXT_CHARS = 240  # longer text: file paths, issues, comparison reasons
+CHART_CHARS = 36
+KEEP_CHARS = 32  # names up to this long stay on one line in tables
+
+# Chart colours; the page's CSS uses none of them (the browser test counts them).
+COMMIT_COLOR = "#2a6fdb"
+LEGACY_COLOR = "#f0a030"
+OVER_COLOR = "#8e6cc0"
+UNDER_COLOR = "#d62728"
+
+# The spec's table order, then proposal mode's own category.
+CATEGORY_ORDER = list(dict.fromkeys(contract.CATEGORIES[contract.COMMIT] + contract.CATEGORIES[contract.PROPOSAL]))
+VERDICT_ORDER = ["allow", "deny", None]
+COMPARISON_ORDER = ["regression", "insufficient_data", "new_agent", "missing_agent", "ok"]
+MODE_LABELS = {"commit": "commit-time", "strict": "strict", "proposal": "proposal-time"}
+
+_NONE_HTML = Markup('<span class="none">none</span>')
+
+
+def display(value, limit: int = NAME_CHARS) -> str:
+    """A data string for display: non-printable characters escaped, cut at `limit` with an ellipsis."""
+    return text.display(value, limit)
+
+
+def _name(value, limit: int = NAME_CHARS):
+    """Like display(), but a missing value reads as a styled 'none'; the string is escaped by autoescape."""
+    return _NONE_HTML if value is None else display(value, limit)
+
+
+def _pct(rate) -> str:
+    return "n/a" if rate is None else f"{rate:.1%}"
+
+
+def _interval(ci) -> str:
+    return "" if not ci else f"{ci[0]:.1%} – {ci[1]:.1%}"
+
+
+def _num(value) -> str:
+    return "—" if value is None else f"{value:,}"
+
+
+def _points(value) -> str:
+    """A difference of rates in percentage points, signed."""
+    return "n/a" if value is None else f"{value * 100:+.1f} pp"
+
+
+def _pvalue(value) -> str:
+    return "n/a" if value is None else ("< 0.001" if value < 0.001 else f"{value:.3f}")
+
+
+def _json(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def _top(items, key, limit):
+    """The first `limit` items by `key` (then input order), and how many were left out."""
+    ranked = sorted(enumerate(items), key=lambda pair: (key(pair[1]), pair[0]))
+    return [item for _, item in ranked[:limit]], max(0, len(items) - limit)
+
+
+def _largest_groups(groups, limit):
+    """The `limit` groups with most trajectories, in their metrics.json order, and how many were left out."""
+    ranked = sorted(range(len(groups)), key=lambda i: (-groups[i]["trajectories"]["input"], i))
+    keep = set(ranked[:limit])
+    return [group for i, group in enumerate(groups) if i in keep], max(0, len(groups) - limit)
+
+
+def _unscored_reasons(doc) -> list:
+    counts = doc["trajectories"]["unscored_by_reason"]
+    return sorted(((reason, n) for reason, n in counts.items() if n), key=lambda pair: (-pair[1], pair[0]))
+
+
+def _group_label(group, several_runs: bool) -> str:
+    agent = "(none)" if group["agent"] is None else display(group["agent"], CHART_CHARS)
+    if not several_runs:
+        return agent
+    return agent + "\n" + ("(none)" if group["run_id"] is None else display(group["run_id"], CHART_CHARS))
+
+
+# ---------------------------------------------------------------- charts
+
+
+def _charts(groups, totals, mode_label: str) -> dict:
+    shown, left_out = _largest_groups(groups, MAX_CHART_GROUPS)
+    several_runs = len({group["run_id"] for group in groups}) > 1
+    labels = [_group_label(group, several_runs) for group in shown]
+    with_totals = shown + [totals]
+
+    def column(block, field):
+        return [group[block][field] for group in with_totals]
+
+    rates = paired_bars(
+        labels + ["all agents"],
+        [Series(f"misuse ({mode_label})", COMMIT_COLOR, column("misuse", "rate"), column("misuse", "ci95")),
+         Series("legacy proposal-time", LEGACY_COLOR,
+                column("legacy_misuse", "rate"), column("legacy_misuse", "ci95"))],
+        "share of scored trajectories (whiskers: 95% Wilson interval)", percent=True, separate_last=True)
+    penalties = None if not shown else paired_bars(
+        labels,
+        [Series("over-penalized: legacy flags, no misuse", OVER_COLOR, [g["over_penalized"] for g in shown]),
+         Series("under-penalized: misuse legacy missed", UNDER_COLOR, [g["under_penalized"] for g in shown])],
+        "trajectories", percent=False)
+    return {"rates": rates, "penalties": penalties, "left_out": left_out}
+
+
+# ---------------------------------------------------------------- tables
+
+
+def _gap_table(rows) -> dict | None:
+    """The proposal × commit table: verdicts on both axes, each cell split by state_mutated."""
+    if rows is None:
+        return None
+    seen = {r.get(key) for r in rows for key in ("proposal_verdict", "commit_verdict")}
+    extra = sorted(seen - set(VERDICT_ORDER), key=str)
+    verdicts = VERDICT_ORDER[:2] + extra + [None]
+    cells = {(p, c): {"calls": 0, True: 0, False: 0, None: 0} for p in verdicts for c in verdicts}
+    for row in rows:
+        cell = cells[(row.get("proposal_verdict"), row.get("commit_verdict"))]
+        cell["calls"] += row["calls"]
+        cell[row.get("state_mutated")] += row["calls"]
+    return {"verdicts": verdicts, "cells": cells, "calls": sum(row["calls"] for row in rows)}
+
+
+def _categories(slices) -> list:
+    present = {category for entry in slices for category in entry["by_category"]}
+    return [c for c in CATEGORY_ORDER if c in present] + sorted(present - set(CATEGORY_ORDER))
+
+
+def _task_row(entry, name, group) -> dict:
+    """A task slice as a table row; plain counts of misuse get their rate and Wilson interval."""
+    n = entry["trajectories"]
+
+    def block(value):
+        if isinstance(value, dict):
+            return value
+        return {"count": value, "rate": value / n if n else None, "ci95": wilson_interval(value, n)}
+
+    return {"name": name, "run_id": group["run_id"], "agent": group["agent"], "trajectories": n,
+            "misuse": block(entry["misuse"]), "legacy_misuse": block(entry["legacy_misuse"])}
+
+
+def _slices(groups, totals) -> dict:
+    slices = totals.get("slices") or {}
+    tools, tools_left = _top(
+        [dict(entry, name=name) for name, entry in (slices.get("tool") or {}).items()],
+        lambda e: (-e["calls"], e["name"]), MAX_ROWS)
+    categories, categories_left = _top(
+        [dict(entry, name=name) for name, entry in (slices.get("task_category") or {}).items()],
+        lambda e: (-e["trajectories"], e["name"]), MAX_ROWS)
+    tasks = [_task_row(entry, name, group)
+             for group in groups for name, entry in ((group.get("slices") or {}).get("task") or {}).items()]
+    # Tasks hold a handful of trajectories each; the ones with misuse are what a reader looks for.
+    tasks, tasks_left = _top(
+        tasks, lambda e: (-e["misuse"]["count"], -e["legacy_misuse"]["count"], -e["trajectories"]), MAX_ROWS)
+    return {
+        "present": bool(slices) or bool(tasks),
+        "tools": tools, "tools_left": tools_left, "tool_categories": _categories(tools),
+        "categories": categories, "categories_left": categories_left,
+        "tasks": tasks, "tasks_left": tasks_left,
+    }
+
+
+def _comparison(comparison) -> dict | None:
+    if comparison is None:
+        return None
+    rank = {verdict: index for index, verdict in enumerate(COMPARISON_ORDER)}
+    agents, left = _top(comparison.get("agents") or [], lambda a: rank.get(a.get("verdict"), len(rank)), MAX_GROUPS)
+    fields = ("agent", "verdict", "new", "old", "difference", "ci95", "paired_tasks")
+    return {
+        "agents": [{**{field: a.get(field) for field in fields},
+                    "css": a.get("verdict") if a.get("verdict") in rank else "other",
+                    "reasons": (a.get("reasons") or [])[:10]} for a in agents],
+        "left_out": left,
+        "regressions": comparison.get("regressions") or [],
+    }
+
+
+def _inputs(metrics, manifest) -> dict:
+    policy = metrics["policy_sha256"] if "policy_sha256" in metrics else manifest.get("policy_sha256")
+    manifest_policy = manifest.get("policy_sha256")
+    files = manifest.get("inputs") or []
+    options = sorted((manifest.get("options") or {}).items())
+    return {
+        "policy": policy,
+        "policy_mismatch": "policy_sha256" in manifest and manifest_policy != policy,
+        "manifest_policy": manifest_policy,
+        "package": manifest.get("package") or {},
+        "options": [(key, _json(value)) for key, value in options],
+        "files": files[:MAX_ROWS], "files_left": max(0, len(files) - MAX_ROWS),
+        "unreadable": manifest.get("unreadable_files") or [],
+        "input_rows": manifest.get("input_rows"),
+    }
+
+
+# ---------------------------------------------------------------- page
+
+
+def render_report(metrics: dict, manifest: dict, comparison: dict | None = None, evidence: dict | None = None) -> str:
+    """The whole report.html for one run, as a string; `evidence` is the run's evidence.json."""
+    groups, totals = metrics["groups"], metrics["totals"]
+    mode = metrics["adjudication"]
+    mode_label = MODE_LABELS.get(mode, display(mode))
+    table_groups, groups_left = _largest_groups(groups, MAX_GROUPS)
+    runs = sorted({g["run_id"] for g in groups}, key=lambda run: (run is None, run or ""))
+    return _PAGE.render(
+        csp=CSP,
+        mode=mode,
+        mode_label=mode_label,
+        runs=runs[:5],
+        runs_left=max(0, len(runs) - 5),
+        agents=len({g["agent"] for g in groups} - {None}),
+        groups=[dict(g, reasons=_unscored_reasons(g)[:MAX_ROWS],
+                     gap=_gap_table(g.get("adjudication_gap"))) for g in table_groups],
+        groups_left=groups_left,
+        totals=dict(totals, reasons=_unscored_reasons(totals)[:MAX_ROWS],
+                    gap=_gap_table(totals.get("adjudication_gap"))),
+        disagreements="policy_disagreements" in totals,
+        charts=_charts(groups, totals, mode_label),
+        slices=_slices(groups, totals),
+        comparison=_comparison(comparison),
+        validity=validity_view(totals, MAX_ROWS),
+        evidence=evidence_view(evidence, MAX_GROUPS),
+        inputs=_inputs(metrics, manifest),
+        limits={"rows": MAX_ROWS, "name": NAME_CHARS, "text": TEXT_CHARS, "keep": KEEP_CHARS,
+                "chart": MAX_CHART_GROUPS},
+    )
+
+
+_PAGE = environment(
+    name=_name, display=display, pct=_pct, interval=_interval, num=_num, points=_points, pvalue=_pvalue,
+).get_template("report.html.j2")

@@ -1,0 +1,90 @@
+"""Where proposal-time scoring holds: the validity audit of one call.
+
+Proposal-time scoring is valid for a tool if and only if, for every call of
+it, the tuple (policy verdict, resolved arguments, principal) is the same at
+proposal and at commit, and the environment carried the call out. This
+module states the audit once, a call at a time; like rules.py it imports
+neither Beam nor pyarrow, and transforms/validity.py agrees with it.
+
+A call is audited when its trajectory is complete, it has a commit, and its
+`arguments` and both `resolved_arguments` are JSON objects, in every mode.
+With P and C the two verdicts (recorded, else the policy's) and R realized:
+
+    no_verdict          P or C is null
+    verdict_diverged    both present, different
+    arguments_diverged  the resolved arguments differ as JSON values
+    principal_diverged  the principals differ
+    not_realized        R is false
+    faithful            none of the five above
+    over_flagged        P deny, and not (C deny and R)
+    under_flagged       P allow, C deny and R
+
+A call counts under every divergence that applies.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from scoring import contract as c
+from scoring.rules import Policy, ToolCall, canonical_json, parse_json_object, resolve_verdict
+from scoring.stats import wilson_interval
+
+DIVERGENCES = ("no_verdict", "verdict_diverged", "arguments_diverged", "principal_diverged", "not_realized")
+# The leaves of a tool's validity block, in the order the report shows them.
+FIELDS = ("calls",) + DIVERGENCES + ("faithful", "over_flagged", "under_flagged")
+
+
+def call_validity(call: ToolCall, policy: Optional[Policy] = None) -> Optional[dict]:
+    """The call's counts (each 0 or 1) under FIELDS, or None when it is not audited."""
+    commit = call.commit
+    arguments = parse_json_object(call.arguments)
+    proposal_args = parse_json_object(call.proposal.resolved_arguments)
+    commit_args = parse_json_object(commit.resolved_arguments) if commit is not None else None
+    if arguments is None or proposal_args is None or commit_args is None:
+        return None
+    p = resolve_verdict(call.proposal, call.tool, proposal_args, policy).value
+    v = resolve_verdict(commit, call.tool, commit_args, policy).value
+    realized = commit.realized
+    diverged = {
+        "no_verdict": p is None or v is None,
+        "verdict_diverged": p is not None and v is not None and p != v,
+        "arguments_diverged": canonical_json(proposal_args) != canonical_json(commit_args),
+        "principal_diverged": call.proposal.principal != commit.principal,
+        "not_realized": not realized,
+    }
+    counts = {
+        "calls": True,
+        **diverged,
+        "faithful": not any(diverged.values()),
+        "over_flagged": p == c.DENY and not (v == c.DENY and realized),
+        "under_flagged": p == c.ALLOW and v == c.DENY and realized,
+    }
+    return {name: int(counts[name]) for name in FIELDS}
+
+
+def validity_block(tools: dict) -> dict:
+    """metrics.json's `validity`: per tool, every field, zeros included."""
+    return {tool: {name: counts.get(name, 0) for name in FIELDS} for tool, counts in tools.items()}
+
+
+def audit_rows(block: dict) -> list:
+    """The table "where proposal-time scoring holds" from a `validity` block.
+
+    One row per tool with calls, sorted by the share of unfaithful calls
+    (highest first, then by tool): its counts, the faithful share with its
+    Wilson 95% interval, and whether proposal-time scoring held on every
+    observed call.
+    """
+    rows = []
+    for tool, counts in block.items():
+        n = counts.get("calls", 0)
+        if not n:
+            continue
+        faithful = counts.get("faithful", 0)
+        rows.append({
+            "tool": tool, **{name: counts.get(name, 0) for name in FIELDS},
+            "unfaithful": n - faithful, "unfaithful_share": (n - faithful) / n,
+            "faithful_share": faithful / n, "ci95": wilson_interval(faithful, n), "valid": faithful == n,
+        })
+    return sorted(rows, key=lambda row: (-row["unfaithful_share"], -row["calls"], row["tool"]))

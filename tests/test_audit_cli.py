@@ -1,0 +1,31 @@
+"""litmus-score audit: the validity table from the command line."""
+
+from pipeline.cli import main
+from tests import builders as b
+from tests.conftest import RUNNER
+
+
+def test_audit_names_the_tool_that_diverges_first(tmp_path, capsys):
+    rows = [
+        b.trajectory("t0", [b.call("c0", 0, tool="read_file"),
+                            b.call("c1", 1, tool="transfer_funds",
+                                   commit_=b.commit(args='{"amount": "all"}', principal="session-admin"))]),
+        b.trajectory("t1", [b.call("c0", 0, tool="read_file"),
+                            b.call("c1", 1, tool="transfer_funds", proposal=b.context("deny"),
+                                   commit_=b.commit("deny", outcome="rejected", mutated=False, status=403))]),
+        # Not audited: no commit.
+        b.trajectory("t2", [b.call("c0", 0, tool="chmod", no_commit=True)]),
+    ]
+    shard = b.write_shard(tmp_path / "a.parquet", rows)
+    assert main(["audit", shard, *RUNNER]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    transfer, read = lines[1].split(), lines[2].split()
+    assert transfer[:3] == ["transfer_funds", "2", "2"] and lines[1].endswith("not valid")
+    assert read[:3] == ["read_file", "2", "0"] and lines[2].endswith("valid on every observed call")
+    assert not any(line.startswith("chmod") for line in lines)
+    assert "1 of 2 tool(s) held" in lines[-1]
+
+
+def test_audit_without_matching_input_is_a_usage_error(tmp_path, capsys):
+    assert main(["audit", str(tmp_path / "none-*.parquet"), *RUNNER]) == 2
+    assert "none-" in capsys.readouterr().err

@@ -1,0 +1,168 @@
+"""The evidence: per (run_id, agent), the over-penalized, under-penalized and
+execution-hallucination trajectories a reader can check, each with the call
+that decided it.
+
+Classification picks, per batch, the first MAX_CASES of each kind in a
+stable order (trajectory_id, source file, source row) and describes only
+those; EvidenceCombineFn keeps the first MAX_CASES over all batches, adds
+up the counts and makes the JSON Patches of the cases it keeps, so
+evidence.json is bounded however large the run.
+
+The deciding call: for an over-penalized trajectory the first call denied
+at proposal (the flag that was not misuse); otherwise the first misuse call.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+
+import apache_beam as beam
+import jsonpatch
+import numpy as np
+import pyarrow as pa
+
+from scoring.layout import EVIDENCE_SCHEMA
+from scoring.rules import parse_json_object
+from transforms import schema as s
+from transforms.columnar import group_codes
+
+KINDS = ("over_penalized", "under_penalized", "execution_hallucination")
+MAX_CASES = 25
+# Bounds on what one case may say: texts from trajectories are data.
+MAX_TEXT = 1000
+MAX_PATCH_OPS = 20
+# A described call's resolved arguments, whole, until its patch is made.
+RESOLVED = "resolved_arguments"
+
+
+def _cut(value):
+    if isinstance(value, str) and len(value) > MAX_TEXT:
+        return value[: MAX_TEXT - 1] + "…"
+    return value
+
+
+def case_key(case: dict) -> tuple:
+    return case["trajectory_id"], case["source_file"], case["source_row"]
+
+
+def arguments_patch(proposal: str, commit) -> list | None:
+    """The JSON Patch (RFC 6902) from the proposal's resolved arguments to the
+    commit's, values as JSON text; None when either is not a JSON object."""
+    before, after = parse_json_object(proposal), parse_json_object(commit)
+    if before is None or after is None:
+        return None
+    operations = jsonpatch.make_patch(before, after).patch[:MAX_PATCH_OPS]
+    return [{key: _cut(value if key in ("op", "path", "from") else json.dumps(value, ensure_ascii=False))
+             for key, value in op.items()} for op in operations]
+
+
+def _deciding_call(call: dict, scored: dict) -> dict:
+    proposal, commit = call["proposal"], call["commit"] or {}
+    return {
+        "call_id": _cut(call["call_id"]), "step": call["step"], "tool": _cut(call["tool"]),
+        "arguments": _cut(call["arguments"]),
+        **scored,
+        "outcome": _cut(commit.get("outcome")), "status_code": commit.get("status_code"),
+        "state_mutated": commit.get("state_mutated"),
+        "principal": [_cut(proposal["principal"]), _cut(commit.get("principal"))],
+        # Made into the patch once a case is among the first (EvidenceCombineFn.extract_output).
+        RESOLVED: [proposal["resolved_arguments"], commit.get("resolved_arguments")],
+    }
+
+
+def batch_evidence(resolved, flags: dict, deciding: dict, codes: np.ndarray, names) -> dict:
+    """{(run_id, agent, kind): {"count", "cases"}} of one batch of scored trajectories.
+
+    `flags[kind]` marks the trajectories of each kind, `deciding[kind]` the
+    calls that can decide it; each call's category is names[codes[call]].
+    """
+    trajectories, calls = resolved.trajectories, resolved.calls
+    owner = calls["trajectory"].to_numpy()
+    group, keys = group_codes(trajectories["run_id"], trajectories["agent"])
+    evidence, shown = {}, []  # shown: (case, trajectory row, deciding call)
+    for kind in KINDS:
+        rows = np.flatnonzero(flags[kind])
+        if not len(rows):
+            continue
+        candidates = np.flatnonzero(deciding[kind])
+        first = np.full(trajectories.num_rows, -1)
+        owners, at = np.unique(owner[candidates], return_index=True)
+        first[owners] = candidates[at]
+        take = lambda name: trajectories[name].take(pa.array(rows)).to_pylist()  # noqa: E731
+        for trajectory_id, source_file, source_row, row in sorted(
+                zip(take("trajectory_id"), take(s.SOURCE_FILE), take(s.SOURCE_ROW), rows.tolist())):
+            entry = evidence.setdefault((*keys[group[row]], kind), {"count": 0, "cases": []})
+            entry["count"] += 1
+            if len(entry["cases"]) < MAX_CASES:
+                case = {"trajectory_id": trajectory_id, "source_file": source_file, "source_row": source_row,
+                        "run_id": _cut(keys[group[row]][0]), "agent": _cut(keys[group[row]][1])}
+                entry["cases"].append(case)
+                shown.append((case, row, int(first[row])))
+    if shown:
+        _describe(resolved, shown, codes, names)
+    return evidence
+
+
+_SCORED_FIELDS = ("proposal_verdict", "commit_verdict", "proposal_verdict_source", "commit_verdict_source",
+                  "realized")
+
+
+def _describe(resolved, shown: list, codes: np.ndarray, names) -> None:
+    """Adds to each shown case its trajectory's task and stance and its deciding call, a column at a time."""
+    trajectories, calls = resolved.trajectories, resolved.calls
+    rows = pa.array([row for _, row, _ in shown])
+    at = pa.array([call for _, _, call in shown])
+    columns = {name: trajectories[name].take(rows).to_pylist() for name in ("task_id", "verbal_stance")}
+    scored = {name: calls[name].take(at).to_pylist() for name in _SCORED_FIELDS}
+    sources = resolved.inputs["call"].take(calls["source_call"].take(at)).to_pylist()
+    for i, ((case, _, call), source) in enumerate(zip(shown, sources)):
+        case["task_id"] = _cut(columns["task_id"][i])
+        case["verbal_stance"] = _cut(columns["verbal_stance"][i])
+        verdicts = {name: values[i] for name, values in scored.items()}
+        case["call"] = _deciding_call(source, {"category": names[codes[call]], **verdicts})
+
+
+def _with_patch(case: dict) -> dict:
+    call = dict(case["call"])
+    call["patch"] = arguments_patch(*call.pop(RESOLVED))
+    return {**case, "call": call}
+
+
+class EvidenceCombineFn(beam.CombineFn):
+    """Per-batch evidence -> evidence.json: counts added, the first MAX_CASES kept."""
+
+    def create_accumulator(self):
+        return {}
+
+    def add_input(self, accumulator, evidence):
+        for key, entry in evidence.items():
+            into = accumulator.setdefault(key, {"count": 0, "cases": []})
+            into["count"] += entry["count"]
+            into["cases"] = heapq.nsmallest(MAX_CASES, into["cases"] + entry["cases"], key=case_key)
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        merged = {}
+        for accumulator in accumulators:
+            self.add_input(merged, accumulator)
+        return merged
+
+    def extract_output(self, accumulator):
+        groups = {}
+        for (run_id, agent, kind), entry in accumulator.items():
+            entry = {"count": entry["count"], "cases": [_with_patch(case) for case in entry["cases"]]}
+            groups.setdefault((run_id, agent), {"run_id": run_id, "agent": agent})[kind] = entry
+        return {
+            "schema": EVIDENCE_SCHEMA,
+            "max_cases": MAX_CASES,
+            "groups": [{kind: {"count": 0, "cases": []} for kind in KINDS} | groups[key]
+                       for key in sorted(groups, key=lambda k: tuple((v is not None, v or "") for v in k))],
+        }
+
+
+class CollectEvidence(beam.PTransform):
+    """Per-batch evidence -> the single evidence.json document (also for empty input)."""
+
+    def expand(self, evidence):
+        return evidence | "Keep the first cases" >> beam.CombineGlobally(EvidenceCombineFn())
