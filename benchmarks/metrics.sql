@@ -5,8 +5,10 @@
 -- Not done here, because the workload holds none: copies of a (run_id,
 -- trajectory_id) equal in content (all copies count as duplicate_trajectory)
 -- and JSON nesting depth (too_large checks calls and text bytes only).
+-- Valid JSON whose first non-white-space character opens an object (JSON's
+-- white space is exactly these four): cheaper than json_type, same answer.
 CREATE OR REPLACE TEMP MACRO is_object(text) AS
-  CASE WHEN json_valid(text) THEN json_type(text) = 'OBJECT' ELSE false END;
+  coalesce(json_valid(text) AND left(ltrim(text, ' ' || chr(9) || chr(10) || chr(13)), 1) = '{', false);
 CREATE OR REPLACE TEMP MACRO verdict(v) AS CASE WHEN v IN ('allow', 'deny') THEN v END;
 CREATE OR REPLACE TEMP MACRO realized(commit) AS
   coalesce(commit.outcome = 'committed', false) OR coalesce(commit.state_mutated, false);

@@ -100,7 +100,7 @@ def varied_batch(rng: np.random.Generator, first_index: int, size: int) -> pa.Ta
     large = rng.random(count) < (CALLS_PER_TRAJECTORY * TOO_LARGE_ONE_IN) ** -1
     if large.any():
         padding = pa.scalar('"padding": "' + "x" * TOO_LARGE_BYTES + '", ')
-        fields = pc.if_else(pa.array(large), _join(padding, fields), fields)
+        fields = pc.replace_with_mask(fields, pa.array(large), _join(padding, fields.filter(pa.array(large))))
     arguments = calls.field("arguments")
     arguments = pc.if_else(pc.fill_null(pc.equal(arguments, NAN_TEXT), False), BOTH_REJECT, arguments)
     proposal, commit = calls.field("proposal"), calls.field("commit")
