@@ -1,6 +1,6 @@
 """Throughput benchmark: litmus-score against a DuckDB query doing the same work.
 
-Generates a workload of at least --calls tool calls with varied texts and
+Generates a workload of about --calls tool calls with varied texts and
 every defect of the spec (benchmarks/workload.py; kept in --workdir and
 reused), then times, as whole processes, --repeat times each:
   * `litmus-score score` writing all its outputs, with the Beam options given
@@ -120,7 +120,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     ours, beam_args = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--calls", type=int, default=1_000_000, help="minimum tool calls in the workload")
+    parser.add_argument("--calls", type=int, default=1_000_000, help="tool calls in the workload, about")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", default=None, help="keep the workload here and reuse it (default: a temp folder)")

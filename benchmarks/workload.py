@@ -128,7 +128,7 @@ def varied_batch(rng: np.random.Generator, first_index: int, size: int) -> pa.Ta
 
 
 def generate(directory: str, calls: int, seed: int = 0) -> list[str]:
-    """Shards of about CALLS_PER_SHARD calls each, at least `calls` in all; returns their paths."""
+    """Shards of about CALLS_PER_SHARD calls each, about `calls` in all (within 2%); returns their paths."""
     trajectories = math.ceil(calls / CALLS_PER_TRAJECTORY)
     shards = math.ceil(calls / CALLS_PER_SHARD)
     out = Path(directory)
