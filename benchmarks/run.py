@@ -164,7 +164,10 @@ def main(argv=None):
     print(json.dumps({"tool_calls": calls, "trajectories": metrics["totals"]["trajectories"]["input"],
                       "shards": metrics["inputs"]["files"], "cores": cores, "load_average": os.getloadavg(),
                       "beam_args": beam_args, "runs": args.repeat, "litmus_score": ours_s, "duckdb": duck_s,
-                      "ratio": round(ratio, 2)}, indent=2))
+                      "ratio": round(ratio, 2),
+                      "unscored_by_reason": {reason: count for reason, count in
+                                             metrics["totals"]["trajectories"]["unscored_by_reason"].items() if count}},
+                     indent=2))
     print(f"| {calls:,} | {metrics['inputs']['files']} | {' '.join(beam_args) or 'defaults'} "
           f"| {ours_s['seconds']:.2f} s | {ours_s['peak_rss_mib']} MiB | {ours_s['calls_per_s_per_core']:,} "
           f"| {duck_s['seconds']:.2f} s | {duck_s['peak_rss_mib']} MiB | {duck_s['calls_per_s_per_core']:,} "
