@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 
 from scoring import contract as c
 from transforms import schema as s
+from transforms.records import with_binary_text
 
 ARGS = '{"path": "/tmp/report.txt", "mode": "0644"}'
 
@@ -55,20 +56,10 @@ def trajectory(trajectory_id="t0", calls=(), run_id="run-1", agent="agent-a", st
     return row
 
 
-def _with_binary_text(data_type: pa.DataType) -> pa.DataType:
-    if pa.types.is_string(data_type):
-        return pa.binary()
-    if pa.types.is_struct(data_type):
-        return pa.struct([f.with_type(_with_binary_text(f.type)) for f in data_type])
-    if pa.types.is_list(data_type):
-        return pa.list_(_with_binary_text(data_type.value_type))
-    return data_type
-
-
 def table(rows, schema=s.TRAJECTORY) -> pa.Table:
     """Rows as a table; a bytes value of a string field is written as is,
     valid UTF-8 or not (a hostile harness's text)."""
-    binary = pa.schema([f.with_type(_with_binary_text(f.type)) for f in schema])
+    binary = pa.schema([f.with_type(with_binary_text(f.type)) for f in schema])
     raw = pa.Table.from_pylist(rows, schema=binary)
     return pa.Table.from_arrays([raw.column(i).combine_chunks().view(f.type) for i, f in enumerate(schema)],
                                 schema=schema)
@@ -77,7 +68,7 @@ def table(rows, schema=s.TRAJECTORY) -> pa.Table:
 def python_rows(raw: pa.Table) -> list:
     """A table's rows as Python values, the reference's input: text that is
     not UTF-8 stays bytes."""
-    binary = pa.schema([f.with_type(_with_binary_text(f.type)) for f in raw.schema])
+    binary = pa.schema([f.with_type(with_binary_text(f.type)) for f in raw.schema])
     return [_as_text(row) for row in raw.cast(binary).to_pylist()]
 
 

@@ -260,3 +260,15 @@ def test_hash_collisions_cost_work_not_results(tmp_path, score_cli, monkeypatch)
     code, colliding = score_cli([tmp_path / "*.parquet"], "--max_text_bytes", "2000")
     assert code == 0
     assert (plain / "metrics.json").read_bytes() == (colliding / "metrics.json").read_bytes()
+
+
+def test_an_extra_column_that_is_not_utf8_is_kept_as_data(tmp_path, score_cli):
+    wider = s.TRAJECTORY.append(pa.field("note", pa.string()))
+    rows = [dict(good("t1"), note="fine"), dict(good("t2", call_count=7), note=b"bad \xff byte")]
+    b.write_shard(tmp_path / "a.parquet", rows, schema=wider)
+    code, out = score_cli([tmp_path / "a.parquet"])
+    assert code == 0  # extra columns never make a row invalid
+    t = totals(out)["trajectories"]
+    assert t["scored"] == 1 and t["unscored_by_reason"]["call_count_mismatch"] == 1
+    (record,) = pq.read_table(out / "unscored").to_pylist()
+    assert record["reasons"] == ["call_count_mismatch"] and record["extra_columns"] == '{"note": "bad \ufffd byte"}'

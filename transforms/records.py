@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from scoring.contract import PIPELINE_ERROR
+from scoring.trajectory import decoded
 from transforms import schema as s
 
 UNSCORED = "unscored"
@@ -31,25 +32,15 @@ def _json_default(value):
     return repr(value)
 
 
-def _with_binary_text(data_type: pa.DataType) -> pa.DataType:
+def with_binary_text(data_type: pa.DataType) -> pa.DataType:
     """`data_type` with every string type inside it made binary."""
     if pa.types.is_string(data_type) or pa.types.is_large_string(data_type):
         return pa.binary()
     if pa.types.is_struct(data_type):
-        return pa.struct([f.with_type(_with_binary_text(f.type)) for f in data_type])
+        return pa.struct([f.with_type(with_binary_text(f.type)) for f in data_type])
     if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
-        return pa.list_(_with_binary_text(data_type.value_type))
+        return pa.list_(with_binary_text(data_type.value_type))
     return data_type
-
-
-def _decoded(value):
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, dict):
-        return {key: _decoded(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_decoded(item) for item in value]
-    return value
 
 
 def _python_rows(table: pa.Table) -> list:
@@ -58,8 +49,8 @@ def _python_rows(table: pa.Table) -> list:
     try:
         return table.to_pylist()
     except UnicodeDecodeError:
-        schema = pa.schema([f.with_type(_with_binary_text(f.type)) for f in table.schema])
-        return _decoded(table.cast(schema).to_pylist())
+        schema = pa.schema([f.with_type(with_binary_text(f.type)) for f in table.schema])
+        return decoded(table.cast(schema).to_pylist())
 
 
 def extra_columns_json(rows: pa.RecordBatch) -> list:
