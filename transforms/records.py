@@ -33,13 +33,18 @@ def _json_default(value):
 
 
 def with_binary_text(data_type: pa.DataType) -> pa.DataType:
-    """`data_type` with every string type inside it made binary."""
-    if pa.types.is_string(data_type) or pa.types.is_large_string(data_type):
+    """`data_type` with every string type inside it made the binary type of
+    the same layout (so an array can be viewed as either)."""
+    if pa.types.is_string(data_type):
         return pa.binary()
+    if pa.types.is_large_string(data_type):
+        return pa.large_binary()
     if pa.types.is_struct(data_type):
         return pa.struct([f.with_type(with_binary_text(f.type)) for f in data_type])
-    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
+    if pa.types.is_list(data_type):
         return pa.list_(with_binary_text(data_type.value_type))
+    if pa.types.is_large_list(data_type):
+        return pa.large_list(with_binary_text(data_type.value_type))
     return data_type
 
 
