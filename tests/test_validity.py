@@ -52,14 +52,26 @@ def test_calls_outside_the_audit(outside):
     assert call_validity(outside) is None
 
 
-def test_the_pipeline_compares_json_as_the_reference_does():
+@pytest.mark.parametrize("pairs_per_chunk", [2, 4096])
+def test_the_pipeline_compares_json_as_the_reference_does(monkeypatch, pairs_per_chunk):
     import numpy as np
     import pyarrow as pa
 
-    from transforms.resolve import _same_json
+    from scoring.rules import canonical_json, parse_json_object
+    from transforms import resolve
 
+    monkeypatch.setattr(resolve, "_PAIRS_PER_CHUNK", pairs_per_chunk)
     pairs = [('{"a": true}', '{"a": 1}', False), ('{"a": 1}', '{"a":1.0}', True),
              ('{"a": [true], "n": 2}', '{"n": 2.0, "a":[true]}', True), ('{"a": "true"}', '{"a": "false"}', False),
-             ('{"b": 1, "a": 2}', '{"a": 2, "b": 1}', True), ('{"a": {"b": false}}', '{"a": {"b": 0}}', False)]
+             ('{"b": 1, "a": 2}', '{"a": 2, "b": 1}', True), ('{"a": {"b": false}}', '{"a": {"b": 0}}', False),
+             # Equal as floats, not as integers: orjson would read both as the same float.
+             ('{"n": 18446744073709551617}', '{"n":18446744073709551616}', False),
+             ('{"n": [1, -12345678901234567890]}', '{"n":[1,-12345678901234567890]}', True),
+             ('{"id": "12345678901234567890", "b": true}', '{"b": true, "id": "12345678901234567890"}', True),
+             # Lone surrogate escapes: json reads them, orjson refuses.
+             ('{"s": "\\ud800"}', '{"s":"\\ud800"}', True), ('{"s": "\\ud800", "a": 1}', '{"a": 1, "s": "\\udc00"}', False),
+             ('{"a": -0.0}', '{"a": 0}', True), ('{"a": 1e2, "b": false}', '{"b": false, "a": 100}', True)]
+    for left, right, same in pairs:  # the expectations are the reference's
+        assert (canonical_json(parse_json_object(left)) == canonical_json(parse_json_object(right))) is same
     left, right = (pa.array([pair[i] for pair in pairs]) for i in (0, 1))
-    assert _same_json(left, right, np.ones(len(pairs), bool)).tolist() == [pair[2] for pair in pairs]
+    assert resolve._same_json(left, right, np.ones(len(pairs), bool)).tolist() == [pair[2] for pair in pairs]
