@@ -10,6 +10,7 @@ see manifest.json. 4 takes precedence over 3.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import sys
 from importlib import metadata
@@ -119,6 +120,7 @@ def score(argv, night=None) -> int:
 
     from pipeline import graph, publish
     from pipeline.flags import check_flags
+    from pipeline.progress import ProgressLine, runs_in_process
     from pipeline.options import (ScoreOptions, UsageError, load_baseline_metrics, validate, with_local_parallelism,
                                   with_our_runners)
     from transforms.read import NoMatchingShards
@@ -153,13 +155,14 @@ def score(argv, night=None) -> int:
     pipeline = beam.Pipeline(options=options)
     try:
         # Globs are matched here, once, before any work is launched or the output is touched.
-        graph.build(pipeline, config, header, config.policy)
+        shards = graph.build(pipeline, config, header, config.policy)
         lock = publish.claim(config.output, config.replace, night)
     except (NoMatchingShards, publish.PublishError) as error:
         print(f"litmus-score: {_error_line(error)}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        state = pipeline.run().wait_until_finish()
+        with ProgressLine(shards) if runs_in_process(options) else contextlib.nullcontext():
+            state = pipeline.run().wait_until_finish()
         if state != beam.runners.runner.PipelineState.DONE:
             print(f"litmus-score: the pipeline ended in state {state}", file=sys.stderr)
             return EXIT_FAILED

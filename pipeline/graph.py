@@ -48,6 +48,11 @@ class ScoreTrajectories(beam.PTransform):
             raise ValueError(f"Invalid max_slice_keys: must be positive, got {max_slice_keys}")
         self._max_slice_keys = max_slice_keys
 
+    @property
+    def shards(self) -> list:
+        """The Shards the input patterns matched."""
+        return self._read.shards
+
     def expand(self, pbegin):
         read = pbegin | "Read shards" >> self._read
         decisions = (
@@ -91,9 +96,10 @@ class ScoreTrajectories(beam.PTransform):
         }
 
 
-def build(pipeline: beam.Pipeline, config, manifest_header: dict, policy=None) -> None:
-    """Adds the whole job (score, then write everything) to `pipeline`."""
+def build(pipeline: beam.Pipeline, config, manifest_header: dict, policy=None) -> int:
+    """Adds the whole job (score, then write everything) to `pipeline`; returns how many shards it reads."""
     score = ScoreTrajectories(config.inputs, config.adjudication, config.batch_rows, policy,
                               config.bounds, config.max_slice_keys)
     outputs = pipeline | "Score trajectories" >> score
     outputs | "Write outputs" >> WriteOutputs(config.output, manifest_header)
+    return len(score.shards)

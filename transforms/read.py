@@ -34,6 +34,7 @@ from scoring.trajectory import DEFAULT_BOUNDS
 from transforms import NAMESPACE
 from transforms import schema as s
 from transforms.coders import RecordBatchCoder  # noqa: F401  (registers the coder of the batches read emits)
+from transforms.progress import TALLY
 
 SHARD_REPORTS = "shard_reports"
 DEFAULT_BATCH_ROWS = 16384
@@ -266,6 +267,11 @@ def _open(path: str):
     return FileSystems.open(path, compression_type="uncompressed")
 
 
+def _calls_in(batch: pa.RecordBatch) -> int:
+    calls = batch.column("calls")
+    return len(calls) and calls.offsets[len(calls)].as_py() - calls.offsets[0].as_py()
+
+
 def even_batch_rows(row_group_rows: int, batch_rows: int) -> int:
     """Rows per batch for one row group: as many equal batches of at least
     `batch_rows` as fit (all of a smaller row group), so each stays under
@@ -311,6 +317,7 @@ class ReadShardFn(beam.DoFn):
             yield from self._read(shard.path, report)
         if report["error"]:
             self._unreadable.inc()
+        TALLY.add(shards=1)
         yield beam.pvalue.TaggedOutput(SHARD_REPORTS, report)
 
     def _read(self, path: str, report: dict):
@@ -348,6 +355,7 @@ class ReadShardFn(beam.DoFn):
                         position += batch.num_rows
                         self._rows.inc(batch.num_rows)
                         yield conformed
+                        TALLY.add(calls=_calls_in(conformed))
                 except _UNREADABLE as error:
                     # A corrupt row group: the rows it declares and were not
                     # read are counted, the file named, the rest read on.
