@@ -33,9 +33,10 @@ def _option_classes(cls=PipelineOptions):
         yield from _option_classes(subclass)
 
 
-def known_flags_parser() -> _StrictParser:
-    """A parser of every flag any registered PipelineOptions subclass defines."""
-    for module in RUNNER_OPTION_MODULES:
+def known_flags_parser(every_runner: bool = True) -> _StrictParser:
+    """A parser of every flag any registered PipelineOptions subclass defines
+    (with `every_runner`, also those of RUNNER_OPTION_MODULES)."""
+    for module in RUNNER_OPTION_MODULES if every_runner else ():
         try:
             importlib.import_module(module)
         except ImportError:
@@ -51,6 +52,10 @@ def known_flags_parser() -> _StrictParser:
 def check_flags(argv, other_flags=()) -> None:
     """UsageError naming the first option in `argv` that no PipelineOptions
     subclass defines (and the nearest one that exists, or in `other_flags`)."""
+    # Most runs name no flag of Dask's: its modules (half a second to import) are read only if needed.
+    _, unknown = known_flags_parser(every_runner=False).parse_known_args(list(argv))
+    if not unknown:
+        return
     parser = known_flags_parser()
     _, unknown = parser.parse_known_args(list(argv))
     if not unknown:
