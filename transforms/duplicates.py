@@ -6,7 +6,8 @@ Found without shuffling whole rows:
     key index        every shard's (run_id, trajectory_id) columns only, as
                      64-bit hashes per row
     candidates       hashes seen more than once, found per hash bucket
-    fingerprints     only the candidate rows are read whole, and their
+    fingerprints     only if some hash repeats: the key columns are read
+                     again to find its rows, which are read whole, and their
                      contract columns fingerprinted (sha256)
     decisions        per exact key: identical copies keep the first (by
                      file and row) and drop the others; differing copies
@@ -110,45 +111,49 @@ class KeyIndex:
     hashes: np.ndarray  # uint64
 
 
-class IndexKeysFn(beam.DoFn):
-    """A Shard -> its KeyIndex, reading the two key columns only."""
+def key_index(shard: Shard):
+    """A Shard's KeyIndex, reading the two key columns only (None: nothing to index)."""
+    if shard.error is not None:
+        return None
+    rows, hashes = [], []
+    try:
+        with _open(shard.path) as handle:
+            parquet = pq.ParquetFile(handle)
+            if not (shares_contract(parquet.schema_arrow) and set(KEY_COLUMNS) <= set(parquet.schema_arrow.names)):
+                return None
+            start = 0
+            for group in range(parquet.metadata.num_row_groups):
+                size = parquet.metadata.row_group(group).num_rows
+                try:
+                    table = parquet.read_row_group(group, columns=list(KEY_COLUMNS), use_threads=False)
+                    keys = [conform_array(table[name].combine_chunks(), pa.string(), name).array
+                            for name in KEY_COLUMNS]
+                except _UNREADABLE:
+                    keys = None  # the main read reports this row group
+                if keys is not None:
+                    present = ~np.asarray(pc.or_(keys[0].is_null(), keys[1].is_null()), bool)
+                    rows.append(start + np.flatnonzero(present))
+                    hashes.append(key_hashes(*keys)[present])
+                start += size
+    except _UNREADABLE:
+        return None  # the main read reports the file
+    return KeyIndex(shard.path, np.concatenate(rows), np.concatenate(hashes)) if rows else None
+
+
+class HashKeysFn(beam.DoFn):
+    """A Shard -> (bucket, its key hashes in that bucket) for each bucket it fills.
+
+    Only the hashes travel (8 bytes a trajectory): a runner may keep what
+    crosses a stage in memory until the run ends, and the rows are found
+    again from the few repeated hashes."""
 
     def process(self, shard: Shard):
-        index = self._index(shard.path) if shard.error is None else None
-        if index is not None:
-            yield index
-
-    @staticmethod
-    def _index(path: str):
-        rows, hashes = [], []
-        try:
-            with _open(path) as handle:
-                parquet = pq.ParquetFile(handle)
-                if not (shares_contract(parquet.schema_arrow) and set(KEY_COLUMNS) <= set(parquet.schema_arrow.names)):
-                    return None
-                start = 0
-                for group in range(parquet.metadata.num_row_groups):
-                    size = parquet.metadata.row_group(group).num_rows
-                    try:
-                        table = parquet.read_row_group(group, columns=list(KEY_COLUMNS), use_threads=False)
-                        keys = [conform_array(table[name].combine_chunks(), pa.string(), name).array
-                                for name in KEY_COLUMNS]
-                    except _UNREADABLE:
-                        keys = None  # the main read reports this row group
-                    if keys is not None:
-                        present = ~np.asarray(pc.or_(keys[0].is_null(), keys[1].is_null()), bool)
-                        rows.append(start + np.flatnonzero(present))
-                        hashes.append(key_hashes(*keys)[present])
-                    start += size
-        except _UNREADABLE:
-            return None  # the main read reports the file
-        return KeyIndex(path, np.concatenate(rows), np.concatenate(hashes)) if rows else None
-
-
-def _by_bucket(index: KeyIndex):
-    bucket = index.hashes >> np.uint64(58)
-    for b in np.unique(bucket).tolist():
-        yield b, index.hashes[bucket == b]
+        index = key_index(shard)
+        if index is None:
+            return
+        bucket = index.hashes >> np.uint64(58)
+        for b in np.unique(bucket).tolist():
+            yield b, index.hashes[bucket == b]
 
 
 def _repeated(bucket_hashes) -> np.ndarray:
@@ -175,13 +180,18 @@ _FINGERPRINTED = tuple(s.TRAJECTORY.names) + (s.INVALID_TEXT, s.TOO_LARGE)
 
 
 class FingerprintCandidatesFn(beam.DoFn):
-    """A KeyIndex and the repeated hashes -> (exact key, Copy) of each candidate row."""
+    """A Shard and the repeated hashes -> (exact key, Copy) of each row whose key hash repeats."""
 
     def __init__(self, max_text_bytes: int):
         self._max_text_bytes = max_text_bytes
 
-    def process(self, index: KeyIndex, repeated):
+    def process(self, shard: Shard, repeated):
         candidates = np.concatenate(list(repeated)) if repeated else np.zeros(0, np.uint64)
+        if not len(candidates):
+            return  # no hash repeats anywhere: no shard is read again
+        index = key_index(shard)
+        if index is None:
+            return
         wanted = index.rows[np.isin(index.hashes, candidates)]
         if not len(wanted):
             return
@@ -242,15 +252,14 @@ class FindDuplicates(beam.PTransform):
         self._max_text_bytes = max_text_bytes
 
     def expand(self, shards):
-        index = shards | "Index keys" >> beam.ParDo(IndexKeysFn())
         repeated = (
-            index
-            | "Bucket key hashes" >> beam.FlatMap(_by_bucket)
+            shards
+            | "Hash keys" >> beam.ParDo(HashKeysFn())
             | "Group buckets" >> beam.GroupByKey()
             | "Find repeated hashes" >> beam.Map(_repeated)
         )
         return (
-            index
+            shards
             | "Fingerprint candidates" >> beam.ParDo(FingerprintCandidatesFn(self._max_text_bytes),
                                                      beam.pvalue.AsList(repeated))
             | "Group copies by key" >> beam.GroupByKey()
