@@ -14,6 +14,7 @@ import tempfile
 import time
 
 import apache_beam as beam
+import pyarrow.compute as pc
 
 from transforms.classify import ClassifyFn
 from transforms.completeness import CheckCompletenessFn, Checked
@@ -48,7 +49,7 @@ def main(argv=None) -> None:
             for batch in timed("read", read.process(Shard(path))):
                 if isinstance(batch, beam.pvalue.TaggedOutput):
                     continue
-                calls += len(batch.column("calls").values)
+                calls += pc.sum(pc.list_value_length(batch.column("calls"))).as_py() or 0
                 for checked in timed("completeness", complete.process(batch)):
                     if not isinstance(checked, Checked):
                         continue

@@ -155,13 +155,13 @@ def score(argv, night=None) -> int:
     pipeline = beam.Pipeline(options=options)
     try:
         # Globs are matched here, once, before any work is launched or the output is touched.
-        shards = graph.build(pipeline, config, header, config.policy)
+        shard_count = graph.build(pipeline, config, header, config.policy)
         lock = publish.claim(config.output, config.replace, night)
     except (NoMatchingShards, publish.PublishError) as error:
         print(f"litmus-score: {_error_line(error)}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        with ProgressLine(shards) if runs_in_process(options) else contextlib.nullcontext():
+        with ProgressLine(shard_count) if runs_in_process(options) else contextlib.nullcontext():
             state = pipeline.run().wait_until_finish()
         if state != beam.runners.runner.PipelineState.DONE:
             print(f"litmus-score: the pipeline ended in state {state}", file=sys.stderr)
