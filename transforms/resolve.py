@@ -152,22 +152,37 @@ def _loads(texts: list) -> list:
         return [parse_json_object(text) for text in texts]
 
 
+def _json_array(texts: pa.Array) -> bytes:
+    """The UTF-8 of `[text,text,...]`, joined by Arrow.
+
+    orjson parses bytes twice as fast as a str holding non-ASCII (it must
+    encode the str first), and no Python string is made per text.
+    """
+    if not len(texts):
+        return b"[]"
+    # Each text followed by a comma; large offsets, since the commas may pass 2 GiB.
+    comma, nothing = (pa.scalar(text, pa.large_string()) for text in (",", ""))
+    joined = pc.binary_join_element_wise(texts.cast(pa.large_string()), comma, nothing)
+    offsets = np.frombuffer(joined.buffers()[1], np.int64)
+    start, end = offsets[joined.offset], offsets[joined.offset + len(joined)]
+    return b"[" + memoryview(joined.buffers()[2])[start:end - 1] + b"]"
+
+
 def _parse_objects(texts: pa.Array) -> list:
-    """Valid JSON texts, parsed exactly as json.loads parses them."""
-    values = texts.to_pylist()
+    """Valid JSON texts (not null, at least one), parsed exactly as json.loads parses them."""
     exact = equals(pc.match_substring_regex(texts, _LONG_DIGITS), True)
     fast = np.flatnonzero(~exact)
     try:
-        parsed = orjson.loads("[" + ",".join(values if len(fast) == len(values) else [values[i] for i in fast]) + "]")
+        parsed = orjson.loads(_json_array(texts if len(fast) == len(texts) else texts.take(pa.array(fast))))
     except orjson.JSONDecodeError:
-        return _loads(values)
-    if len(fast) == len(values):
+        return _loads(texts.to_pylist())
+    if len(fast) == len(texts):
         return parsed
-    result = [None] * len(values)
+    result = [None] * len(texts)
     for i, value in zip(fast.tolist(), parsed):
         result[i] = value
-    slow = np.flatnonzero(exact).tolist()
-    for i, value in zip(slow, _loads([values[i] for i in slow])):
+    slow = np.flatnonzero(exact)
+    for i, value in zip(slow.tolist(), _loads(texts.take(pa.array(slow)).to_pylist())):
         result[i] = value
     return result
 
