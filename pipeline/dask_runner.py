@@ -129,6 +129,10 @@ def _with_tag(partition, tag) -> _Partition:
     return _sized([value for output_tag, value in partition if output_tag == tag])
 
 
+def _concatenated(partitions) -> list:
+    return [value for partition in partitions for value in partition]
+
+
 def _drain(partition) -> list:
     """Runs a leaf's partition without sending its elements to the client."""
     for _ in partition:
@@ -178,8 +182,14 @@ class _BagsByPCollection(PipelineVisitor):
         (main_input,) = node.main_inputs.values()
         window_fn = main_input.windowing.windowfn
         views = [(type(side), side._view_options(), side._window_mapping_fn) for side in node.side_inputs]
-        # Whole side inputs, computed before the task that reads them.
-        side_values = dask.delayed(list)([dask.delayed(list)(self.bags[side.pvalue]) for side in node.side_inputs])
+        # Whole side inputs, computed before the task that reads them, from
+        # the bags' own partitions: a bag made Delayed whole is optimized on
+        # its own, and its upstream tasks renamed and run again (each
+        # CombineGlobally's default-value side input ran the whole job again).
+        side_values = dask.delayed(list)([
+            dask.delayed(_concatenated)(self.bags[side.pvalue].to_delayed(optimize_graph=False))
+            for side in node.side_inputs
+        ])
         return self.bags[main_input].map_partitions(
             run_bundle, transform.fn, transform.label, window_fn, transform.args, transform.kwargs,
             views, side_values,

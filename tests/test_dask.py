@@ -3,6 +3,8 @@
 Also tells us when Beam's own DaskRunner stops needing pipeline/dask_runner.py.
 """
 
+import uuid
+
 import pytest
 
 dask_distributed = pytest.importorskip("dask.distributed")
@@ -119,6 +121,35 @@ def test_beams_own_dask_runner_still_needs_ours(tmp_path, scheduler):
         "Beam's DaskRunner now routes tagged outputs and runs every sink: drop pipeline/dask_runner.py "
         "and map `--runner dask` to Beam's runner (pipeline/options.py RUNNERS)"
     )
+
+
+def _count_each_call(folder):
+    def record(n):
+        (folder / f"{n}-{uuid.uuid4().hex}").touch()  # a file per call, from whichever worker
+        return n
+    return record
+
+
+@pytest.mark.slow
+def test_each_element_is_processed_once_though_a_combine_reads_its_result_as_a_side_input(tmp_path, scheduler):
+    # CombineGlobally's default value is injected through a side input of
+    # its own result; made Delayed whole, that side input once ran every
+    # upstream task again, so each shard was read once per global combine.
+    from pipeline.dask_runner import DaskRunner
+
+    calls, result = tmp_path / "calls", tmp_path / "result"
+    calls.mkdir()
+    options = PipelineOptions(["--dask_client_address", scheduler.scheduler.address])
+    pipeline = beam.Pipeline(runner=DaskRunner(), options=options)
+    numbers = pipeline | beam.Create([1, 2, 3, 4]) | "Count calls" >> beam.Map(_count_each_call(calls))
+    numbers | "Sum" >> beam.CombineGlobally(sum) | "Write sum" >> beam.Map(lambda total: result.write_text(str(total)))
+    numbers | "Largest" >> beam.CombineGlobally(max) | "Write largest" >> beam.Map(_touch(tmp_path, "largest"))
+    outcome = pipeline.run()
+    outcome.wait_until_finish()
+    outcome.client.close()
+    assert sorted(path.name.split("-")[0] for path in calls.iterdir()) == ["1", "2", "3", "4"]
+    assert result.read_text() == "10"
+    assert (tmp_path / "largest-4").exists()
 
 
 @pytest.mark.parametrize("argv, expected", [
