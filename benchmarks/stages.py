@@ -14,12 +14,11 @@ import tempfile
 import time
 
 import apache_beam as beam
-import pyarrow.compute as pc
 
 from transforms.classify import ClassifyFn
 from transforms.completeness import CheckCompletenessFn, Checked
 from transforms.duplicates import HashKeysFn
-from transforms.read import DEFAULT_BATCH_ROWS, ReadShardFn, Shard
+from transforms.read import DEFAULT_BATCH_ROWS, ReadShardFn, Shard, calls_in
 from transforms.resolve import ResolveContextsFn, Resolved
 from transforms.write import SCORED_FILES, TRAJECTORY_FILES, WriteBundleFn
 
@@ -49,7 +48,7 @@ def main(argv=None) -> None:
             for batch in timed("read", read.process(Shard(path))):
                 if isinstance(batch, beam.pvalue.TaggedOutput):
                     continue
-                calls += pc.sum(pc.list_value_length(batch.column("calls"))).as_py() or 0
+                calls += calls_in(batch)
                 for checked in timed("completeness", complete.process(batch)):
                     if not isinstance(checked, Checked):
                         continue

@@ -269,9 +269,9 @@ def _open(path: str):
     return FileSystems.open(path, compression_type="uncompressed")
 
 
-def _calls_in(batch: pa.RecordBatch) -> int:
-    calls = batch.column("calls")
-    return len(calls) and calls.offsets[len(calls)].as_py() - calls.offsets[0].as_py()
+def calls_in(batch: pa.RecordBatch) -> int:
+    """The tool calls a batch holds, counted as metrics.json's calls.input counts them."""
+    return pc.sum(pc.list_value_length(batch.column("calls"))).as_py() or 0
 
 
 def even_batch_rows(row_group_rows: int, batch_rows: int) -> int:
@@ -357,7 +357,7 @@ class ReadShardFn(beam.DoFn):
                         position += batch.num_rows
                         self._rows.inc(batch.num_rows)
                         yield conformed
-                        TALLY.add(calls=_calls_in(conformed))
+                        TALLY.add(calls=calls_in(conformed))
                 except _UNREADABLE as error:
                     # A corrupt row group: the rows it declares and were not
                     # read are counted, the file named, the rest read on.
