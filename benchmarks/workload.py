@@ -1,6 +1,6 @@
 """A benchmark workload whose texts vary as real logs do.
 
-testing/synthetic.py draws trajectories whose verdicts, outcomes and
+litmus_score/synthetic.py draws trajectories whose verdicts, outcomes and
 defects follow the spec (every category and every unscored reason occurs),
 but its argument texts come from small vocabularies: about 1,300 distinct
 texts per million calls, which flatters anything that caches or dictionary-
@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from testing import synthetic
+from litmus_score import synthetic
 from transforms import schema
 
 # synthetic draws binomial(12, 0.55) calls, a few forced to 0 or raised to 1.

@@ -2,7 +2,7 @@
 
 Runs the same scoring as `score` (its validity block is the same in every
 mode) without writing a run folder, and prints the table of
-scoring.validity.audit_rows: a maintainer's answer before adopting the scorer.
+litmus_score.scoring.validity.audit_rows: a maintainer's answer before adopting the scorer.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 import tempfile
 
 from pipeline import text
-from scoring.validity import audit_rows
+from litmus_score.scoring.validity import audit_rows
 
 HEADER = ("tool", "calls", "unfaithful", "no verdict", "verdict diff", "args diff", "principal diff",
           "not realized", "faithful share (95% CI)", "over", "under", "proposal-time scoring")
@@ -58,13 +58,13 @@ def main(argv) -> int:
 
     from pipeline.graph import ScoreTrajectories
     from pipeline.options import with_local_parallelism
-    from scoring import contract as c
+    from litmus_score.scoring import contract as c
     from transforms.read import NoMatchingShards
     from transforms.write import to_json, write_text
 
     policy = None
     if args.policy:
-        from scoring.policy import PolicyError, load_policy
+        from litmus_score.scoring.policy import PolicyError, load_policy
 
         try:
             policy = load_policy(args.policy)

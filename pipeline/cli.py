@@ -17,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 
 from pipeline import text
-from scoring.layout import COMPARISON_FILE, EVIDENCE_FILE, MANIFEST_SCHEMA, REPORT_FILE
+from litmus_score.scoring.layout import COMPARISON_FILE, EVIDENCE_FILE, MANIFEST_SCHEMA, REPORT_FILE
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE_INPUT = 0, 1, 2, 4
 ERROR_CHARS = 1000
@@ -97,7 +97,7 @@ def finish_run(output: str, metrics: dict, manifest: dict, comparison=None) -> d
     from apache_beam.io.filesystems import FileSystems
 
     from pipeline.publish import publish
-    from report.page import render_report
+    from litmus_score.report.page import render_report
     from transforms.write import to_json
 
     documents = {}
@@ -126,7 +126,7 @@ def score(argv, night=None) -> int:
     from transforms.read import NoMatchingShards
 
     if any(arg.split("=")[0] == "--input-format" for arg in argv):
-        from importers.cli import import_and_score
+        from litmus_score.importers.cli import import_and_score
 
         return import_and_score(argv, score)
     if any(arg in ("-h", "--help") for arg in argv):
@@ -169,7 +169,7 @@ def score(argv, night=None) -> int:
         metrics, manifest = publish.read_run(config.output, complete=False)
         comparison = None
         if config.baseline:
-            from scoring.compare import compare_metrics
+            from litmus_score.scoring.compare import compare_metrics
 
             baseline = load_baseline_metrics(config.baseline, config.adjudication)
             comparison = compare_metrics(metrics, baseline, config.thresholds)
@@ -211,7 +211,7 @@ def compare(args) -> int:
     from apache_beam.io.filesystems import FileSystems
 
     from pipeline.publish import Lock, read_run
-    from scoring.compare import compare_metrics, load_thresholds
+    from litmus_score.scoring.compare import compare_metrics, load_thresholds
 
     try:
         thresholds = load_thresholds(args.thresholds) if args.thresholds else None
@@ -235,7 +235,7 @@ def compare(args) -> int:
 
 
 def check_policy(args) -> int:
-    from scoring.policy import PolicyError, load_policy
+    from litmus_score.scoring.policy import PolicyError, load_policy
 
     try:
         policy = load_policy(args.file)
@@ -250,7 +250,7 @@ def check_policy(args) -> int:
 
 
 def generate(args) -> int:
-    from testing.synthetic import generate as write_shards
+    from litmus_score.synthetic import generate as write_shards
 
     try:
         factors = {}
@@ -267,7 +267,7 @@ def generate(args) -> int:
 
 def demo(args) -> int:
     """Generate the reference-1200 data, score it, print the summary."""
-    from testing.synthetic import generate as write_shards
+    from litmus_score.synthetic import generate as write_shards
 
     folder = Path(args.output)
     if folder.exists() and any(folder.iterdir()):
@@ -324,7 +324,7 @@ def main(argv=None) -> int:
     if argv[:1] == ["nightly"]:
         return nightly(argv[1:])
     if argv[:1] == ["import"]:
-        from importers.cli import import_command
+        from litmus_score.importers.cli import import_command
 
         return import_command(argv[1:])
     if argv[:1] == ["audit"]:

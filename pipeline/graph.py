@@ -11,10 +11,10 @@ from __future__ import annotations
 import apache_beam as beam
 import pyarrow as pa
 
-from scoring import contract as c
-from scoring import layout
-from scoring import metrics as m
-from scoring.trajectory import DEFAULT_BOUNDS, Bounds
+from litmus_score.scoring import contract as c
+from litmus_score.scoring import layout
+from litmus_score.scoring import metrics as m
+from litmus_score.scoring.trajectory import DEFAULT_BOUNDS, Bounds
 from transforms.classify import EVIDENCE, STATS, TRAJECTORIES, Classify, unscored_statistics
 from transforms.completeness import CheckCompleteness
 from transforms.duplicates import FindDuplicates, SetAsideDuplicates
@@ -32,7 +32,7 @@ class ScoreTrajectories(beam.PTransform):
     `scored` and `trajectories` hold pa.Tables, `unscored` is a dict of PCollections of
     pa.Tables by where they were set aside (schemas in transforms.schema);
     `metrics` and `evidence` hold the single metrics.json and evidence.json
-    documents. `policy` (a scoring.policy.PolicyDocument) decides where no
+    documents. `policy` (a litmus_score.scoring.policy.PolicyDocument) decides where no
     verdict was recorded; `bounds` says when a trajectory is too_large,
     `max_slice_keys` how many names a slice of metrics.json keeps.
     """

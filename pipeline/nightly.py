@@ -21,8 +21,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipeline.flags import check_flags
 from pipeline.options import ScoreOptions, UsageError
 from pipeline.publish import PublishError, completed_subfolders, read_run
-from scoring import contract as c
-from scoring.layout import NIGHT_PREFIX
+from litmus_score.scoring import contract as c
+from litmus_score.scoring.layout import NIGHT_PREFIX
 
 # Chosen by `nightly` itself.
 _CHOSEN = ("--output", "--baseline")

@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING, Optional
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from pipeline.publish import PublishError, read_run
-from scoring import contract as c
-from scoring.layout import OTHER
-from scoring.metrics import DEFAULT_MAX_SLICE_KEYS
-from scoring.trajectory import DEFAULT_BOUNDS, MAX_JSON_DEPTH_LIMIT, Bounds
+from litmus_score.scoring import contract as c
+from litmus_score.scoring.layout import OTHER
+from litmus_score.scoring.metrics import DEFAULT_MAX_SLICE_KEYS
+from litmus_score.scoring.trajectory import DEFAULT_BOUNDS, MAX_JSON_DEPTH_LIMIT, Bounds
 from transforms.read import DEFAULT_BATCH_ROWS
 
 if TYPE_CHECKING:
-    from scoring.compare import Thresholds
-    from scoring.policy import PolicyDocument
+    from litmus_score.scoring.compare import Thresholds
+    from litmus_score.scoring.policy import PolicyDocument
 
 
 # Most of a batch's time is spent in Arrow and Parquet kernels, which release
@@ -113,7 +113,7 @@ class ScoreConfig:
     policy_file: Optional[str] = None
     policy: Optional[PolicyDocument] = None
     baseline: Optional[str] = None
-    thresholds: Optional[Thresholds] = None  # None: scoring.compare.DEFAULT_THRESHOLDS
+    thresholds: Optional[Thresholds] = None  # None: litmus_score.scoring.compare.DEFAULT_THRESHOLDS
     bounds: Bounds = DEFAULT_BOUNDS
     max_slice_keys: int = DEFAULT_MAX_SLICE_KEYS
     replace: bool = False
@@ -169,11 +169,11 @@ def validate(options: PipelineOptions) -> ScoreConfig:
     policy = thresholds = None
     try:
         if score.policy:
-            from scoring.policy import load_policy
+            from litmus_score.scoring.policy import load_policy
 
             policy = load_policy(score.policy)
         if score.thresholds:
-            from scoring.compare import load_thresholds
+            from litmus_score.scoring.compare import load_thresholds
 
             thresholds = load_thresholds(score.thresholds)
     except OSError as error:

@@ -29,7 +29,7 @@ from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.localfilesystem import LocalFileSystem
 
-from scoring.layout import (
+from litmus_score.scoring.layout import (
     COMPARISON_FILE, EVIDENCE_FILE, IMPORTED_DIR, LOCK_FILE, MANIFEST_FILE, MANIFEST_SCHEMA, METRICS_FILE, PARTIAL_PREFIX, REPORT_FILE,
     SUCCESS_MARKER, TEMP_PREFIX, UNSCORED_DIR,
 )

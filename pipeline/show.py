@@ -13,8 +13,8 @@ import json
 import sys
 
 from pipeline import text
-from scoring import contract as c
-from scoring.layout import EVIDENCE_FILE, SCORED_DIR, TRAJECTORIES_DIR, UNSCORED_DIR
+from litmus_score.scoring import contract as c
+from litmus_score.scoring.layout import EVIDENCE_FILE, SCORED_DIR, TRAJECTORIES_DIR, UNSCORED_DIR
 
 WIDE = 60  # arguments and other long values are cut here
 

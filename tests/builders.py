@@ -7,7 +7,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from scoring import contract as c
+from litmus_score.scoring import contract as c
 from transforms import schema as s
 from transforms.records import with_binary_text
 

@@ -8,9 +8,9 @@ call ids, equal steps, byte-different but equal JSON) happen often.
 
 from hypothesis import strategies as st
 
-from scoring import contract as c
-from scoring import metrics
-from scoring.trajectory import Bounds
+from litmus_score.scoring import contract as c
+from litmus_score.scoring import metrics
+from litmus_score.scoring.trajectory import Bounds
 
 # Bounds the odd values above exceed; with the defaults none do.
 SMALL_BOUNDS = Bounds(max_calls_per_trajectory=4, max_text_bytes=64, max_json_depth=4)

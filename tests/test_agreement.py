@@ -1,7 +1,7 @@
 """The vectorized stages agree with the reference rules on random trajectories.
 
 Hypothesis draws adversarial trajectories; each is judged one at a time by
-scoring.trajectory and, as Arrow batches, by the pipeline's stages. Categories
+litmus_score.scoring.trajectory and, as Arrow batches, by the pipeline's stages. Categories
 of every scored call, the verdicts of every scored trajectory (trajectories/),
 reasons of every unscored trajectory and the whole metrics document must be
 equal.
@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.graph import ScoreTrajectories
-from scoring import contract as c
-from scoring import metrics as m
-from scoring.policy import load_policy
-from scoring.trajectory import DEFAULT_BOUNDS, check_completeness, decoded, score_trajectory
+from litmus_score.scoring import contract as c
+from litmus_score.scoring import metrics as m
+from litmus_score.scoring.policy import load_policy
+from litmus_score.scoring.trajectory import DEFAULT_BOUNDS, check_completeness, decoded, score_trajectory
 from tests import builders as b
 from tests.strategies import SMALL_BOUNDS, trajectory_lists
 from transforms.classify import ClassifyFn, unscored_statistics

@@ -4,7 +4,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from scoring import contract as c
+from litmus_score.scoring import contract as c
 from tests import builders as b
 from transforms.coders import RecordBatchCoder, TableCoder
 from transforms.completeness import Checked, CheckedCoder

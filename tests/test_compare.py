@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scoring.compare import (
+from litmus_score.scoring.compare import (
     DEFAULT_THRESHOLDS,
     EXIT_REGRESSION,
     ThresholdsError,
@@ -18,7 +18,7 @@ from scoring.compare import (
     mcnemar,
     newcombe_interval,
 )
-from scoring.stats import wilson_interval
+from litmus_score.scoring.stats import wilson_interval
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFORMANCE = Path(os.environ.get(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from scoring import contract as c
+from litmus_score.scoring import contract as c
 from tests.conftest import load_json
 
 CONFORMANCE = Path(os.environ.get(

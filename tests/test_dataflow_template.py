@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import tarfile
-import tomllib
 import zipfile
 from pathlib import Path
 
@@ -18,13 +17,15 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.stager import Stager
 
 from pipeline.options import ScoreOptions, UsageError, validate
-from scoring import contract as c
+from litmus_score.scoring import contract as c
 from tests import builders as b
 from tests.conftest import RUNNER, load_json
 
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = REPO / "deploy" / "dataflow"
-PACKAGES = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+# The import names a wheel installs, and every package folder under them.
+TOP_LEVEL = {"pipeline", "transforms", "litmus_score"}
+PACKAGES = sorted(str(init.parent.relative_to(REPO)) for name in TOP_LEVEL for init in (REPO / name).rglob("__init__.py"))
 
 
 def metadata() -> dict:
@@ -58,7 +59,7 @@ def test_the_sdist_carries_every_module_the_workers_import(sdist):
             if getattr(module, "__file__", None) and Path(module.__file__).is_relative_to(REPO)}
     ours = {part.removesuffix(".py") for part in ours if not part.startswith(".") and part != "tests"}
     # Every package the job imports is one the sdist ships (the importers load only for `import`).
-    assert ours <= set(PACKAGES)
+    assert ours <= TOP_LEVEL
     with tarfile.open(sdist) as archive:
         root = archive.getnames()[0].split("/")[0]
         members = {name.removeprefix(root + "/") for name in archive.getnames()}
@@ -78,6 +79,8 @@ def test_a_worker_can_install_the_sdist(sdist, tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     expected = {f"{package}/{path.name}" for package in PACKAGES for path in (REPO / package).glob("*.py")}
     assert expected <= modules_of(names)
+    # Installed, it adds no import name but these three: none another distribution could own.
+    assert {name.split("/")[0] for name in names if ".dist-info/" not in name} == TOP_LEVEL
     requires = [line for line in zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA")))
                 .decode().splitlines() if line.startswith("Requires-Dist: apache-beam")]
     assert requires and "2.77.0" in requires[0]
@@ -130,7 +133,7 @@ def test_the_image_runs_the_entry_point_with_the_setup_file():
     assert dockerfile.startswith("#") and "FROM gcr.io/dataflow-templates-base/python311-template-launcher-base" in dockerfile
     assert "FLEX_TEMPLATE_PYTHON_PY_FILE=/template/main.py" in dockerfile
     assert "FLEX_TEMPLATE_PYTHON_SETUP_FILE=/template/pyproject.toml" in dockerfile
-    for copied in ["pyproject.toml README.md", *[f"{package}/" for package in PACKAGES], "configs/",
+    for copied in ["pyproject.toml README.md", *[f"{package}/" for package in sorted(TOP_LEVEL)], "configs/",
                    "deploy/dataflow/main.py"]:
         assert f"COPY {copied}" in dockerfile
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from scoring.stats import wilson_interval
+from litmus_score.scoring.stats import wilson_interval
 from tests import builders as b
 from tests.conftest import load_json
 from transforms import schema as s

@@ -95,7 +95,7 @@ def test_results_answer_calls_by_id_and_an_orphan_result_is_unmapped(logdir):
     and a tool result that answers no call."""
     from agentdojo.benchmark import TaskResults
 
-    from importers.agentdojo import map_episode
+    from litmus_score.importers.agentdojo import map_episode
 
     path = next(logdir.glob("replay-refused/**/*.json"))
     document = json.loads(path.read_text())

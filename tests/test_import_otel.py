@@ -111,7 +111,7 @@ def test_a_file_with_a_corrupt_line_fails_alone(trace_file, tmp_path):
 
 def test_hex_and_base64_ids_parse_to_the_same_spans(trace_file):
     """parse_lines without Beam: OTLP/JSON's hex ids and protobuf JSON's base64 ids are one id."""
-    from importers.otel import parse_lines
+    from litmus_score.importers.otel import parse_lines
 
     hex_lines = trace_file.read_text().splitlines()
     base64_lines = []

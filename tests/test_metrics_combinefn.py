@@ -2,9 +2,9 @@
 
 import pytest
 
-from scoring import contract as c
-from scoring import metrics as m
-from scoring.stats import wilson_interval
+from litmus_score.scoring import contract as c
+from litmus_score.scoring import metrics as m
+from litmus_score.scoring.stats import wilson_interval
 from transforms.metrics import RunMetricsCombineFn
 
 

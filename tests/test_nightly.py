@@ -8,7 +8,7 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from testing import synthetic
+from litmus_score import synthetic
 from pipeline.cli import main
 from tests.conftest import RUNNER, load_json
 from tests.test_publish import CRASH, ROOT, one_line_error

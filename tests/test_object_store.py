@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import publish
-from testing import synthetic
+from litmus_score import synthetic
 from pipeline.cli import main
 from tests import memfs
 from tests.conftest import RUNNER

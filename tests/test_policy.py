@@ -13,15 +13,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scoring import contract as c
-from scoring.policy import (
+from litmus_score.scoring import contract as c
+from litmus_score.scoring.policy import (
     MAX_POLICY_BYTES,
     MAX_SUBJECT_LENGTH,
     PRINCIPAL_NOT_ALLOWED,
     PolicyError,
     load_policy,
 )
-from scoring.rules import CallContext, CommitContext, ToolCall, score_tool_call
+from litmus_score.scoring.rules import CallContext, CommitContext, ToolCall, score_tool_call
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "configs" / "policy.yaml"
 
@@ -255,7 +255,7 @@ def test_pickle_round_trip(example, operators):
 
 
 def test_policy_module_is_pure():
-    code = "import sys, scoring.policy; print(sorted(m for m in ('apache_beam', 'pyarrow') if m in sys.modules))"
+    code = "import sys, litmus_score.scoring.policy; print(sorted(m for m in ('apache_beam', 'pyarrow') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=EXAMPLE.parent.parent)
     assert out.stdout.strip() == "[]"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from testing import synthetic
+from litmus_score import synthetic
 from pipeline.cli import main
 from tests.conftest import RUNNER, load_json
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from report import charts
-from report import page as report
-from report.page import render_report
+from litmus_score.report import charts
+from litmus_score.report import page as report
+from litmus_score.report.page import render_report
 from tests import browser
 
 # Each would change the DOM if it ran; the browser test looks for the change.
@@ -207,7 +207,7 @@ def test_chart_labels_are_escaped_text():
 def test_rendering_is_deterministic_across_processes(adversarial_page):
     assert render_report(*adversarial()) == adversarial_page
     # A fresh interpreter with another hash seed: no set order, id or date may leak in.
-    code = ("import sys; from tests.test_report import adversarial; from report.page import render_report;"
+    code = ("import sys; from tests.test_report import adversarial; from litmus_score.report.page import render_report;"
             "sys.stdout.buffer.write(render_report(*adversarial()).encode())")
     fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, timeout=120,
                            cwd=Path(__file__).resolve().parents[1], env={**os.environ, "PYTHONHASHSEED": "12345"})

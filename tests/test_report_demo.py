@@ -4,9 +4,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.cli import main
-from scoring.layout import METRICS_FILE, REPORT_FILE, TRAJECTORIES_DIR
-from scoring.validity import audit_rows
-from testing import synthetic
+from litmus_score.scoring.layout import METRICS_FILE, REPORT_FILE, TRAJECTORIES_DIR
+from litmus_score.scoring.validity import audit_rows
+from litmus_score import synthetic
 from tests import browser
 from tests.conftest import RUNNER, load_json
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from scoring import contract as c
-from scoring.rules import (
+from litmus_score.scoring import contract as c
+from litmus_score.scoring.rules import (
     AdjudicationContextMismatch,
     CallContext,
     CommitContext,
@@ -12,7 +12,7 @@ from scoring.rules import (
     parse_json_object,
     score_tool_call,
 )
-from scoring.trajectory import check_completeness, score_trajectory
+from litmus_score.scoring.trajectory import check_completeness, score_trajectory
 from tests import builders as b
 
 ARGS = '{"amount": 10, "to": "acct-9"}'

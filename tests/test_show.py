@@ -7,7 +7,7 @@ import pytest
 from pipeline.cli import main
 from pipeline.show import why
 from tests import builders as b
-from scoring.layout import SUCCESS_MARKER
+from litmus_score.scoring.layout import SUCCESS_MARKER
 from tests.conftest import RUNNER
 
 ESC = "\x1b[2J"

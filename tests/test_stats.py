@@ -2,7 +2,7 @@
 
 import pytest
 
-from scoring.stats import clustered_rate_interval, wilson_interval
+from litmus_score.scoring.stats import clustered_rate_interval, wilson_interval
 
 
 @pytest.mark.parametrize(

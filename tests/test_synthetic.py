@@ -8,10 +8,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from testing import synthetic
-from scoring import contract as c
-from scoring import metrics
-from scoring.trajectory import score_trajectory
+from litmus_score import synthetic
+from litmus_score.scoring import contract as c
+from litmus_score.scoring import metrics
+from litmus_score.scoring.trajectory import score_trajectory
 from transforms.schema import TRAJECTORY
 
 

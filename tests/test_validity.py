@@ -1,10 +1,10 @@
-"""The validity audit of one call (scoring.validity), field by field."""
+"""The validity audit of one call (litmus_score.scoring.validity), field by field."""
 
 import pytest
 
-from scoring import contract as c
-from scoring.rules import CallContext, CommitContext, ToolCall
-from scoring.validity import FIELDS, call_validity
+from litmus_score.scoring import contract as c
+from litmus_score.scoring.rules import CallContext, CommitContext, ToolCall
+from litmus_score.scoring.validity import FIELDS, call_validity
 
 ARGS = '{"to": "acct-1", "amount": 100}'
 
@@ -57,7 +57,7 @@ def test_the_pipeline_compares_json_as_the_reference_does(monkeypatch, pairs_per
     import numpy as np
     import pyarrow as pa
 
-    from scoring.rules import canonical_json, parse_json_object
+    from litmus_score.scoring.rules import canonical_json, parse_json_object
     from transforms import resolve
 
     monkeypatch.setattr(resolve, "_PAIRS_PER_CHUNK", pairs_per_chunk)

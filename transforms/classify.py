@@ -1,9 +1,9 @@
 """Stage 4: classify resolved calls and the trajectories they make up.
 
-The category table is scoring.rules.categorize, applied to whole columns.
+The category table is litmus_score.scoring.rules.categorize, applied to whole columns.
 Emits the scored calls (main), one row per scored trajectory with its
 verdicts (`trajectories`), and the batch's per-group statistics (`stats`, in
-the nested form of scoring.metrics) for the metrics combine.
+the nested form of litmus_score.scoring.metrics) for the metrics combine.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam.metrics import Metrics
 
-from scoring import contract as c
-from scoring import metrics as m
+from litmus_score.scoring import contract as c
+from litmus_score.scoring import metrics as m
 from transforms import NAMESPACE
 from transforms import schema as s
 from transforms.columnar import encode, equals, group_codes
@@ -68,7 +68,7 @@ def _named_cells(totals: dict, width: int):
 
 
 def batch_statistics(resolved: Resolved, codes: np.ndarray, names, misuse_call: np.ndarray, counters: dict) -> dict:
-    """The per-group statistics (scoring.metrics form) of one batch of scored trajectories."""
+    """The per-group statistics (litmus_score.scoring.metrics form) of one batch of scored trajectories."""
     trajectories, calls = resolved.trajectories, resolved.calls
     owner = calls["trajectory"].to_numpy()
     group, keys = group_codes(trajectories["run_id"], trajectories["agent"])

@@ -1,6 +1,6 @@
 """Stage 2: completeness. Incomplete trajectories leave as UNSCORED data.
 
-Each completeness rule of scoring.trajectory.check_completeness is computed
+Each completeness rule of litmus_score.scoring.trajectory.check_completeness is computed
 here on whole columns; tests/test_agreement.py proves the reasons equal the
 reference's on random trajectories.
 """
@@ -15,9 +15,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam.metrics import Metrics
 
-from scoring import contract as c
-from scoring.rules import json_depth
-from scoring.trajectory import (
+from litmus_score.scoring import contract as c
+from litmus_score.scoring.rules import json_depth
+from litmus_score.scoring.trajectory import (
     DEFAULT_BOUNDS,
     JSON_FIELDS,
     REQUIRED_CALL_FIELDS,
@@ -113,7 +113,7 @@ def _openings(texts: pa.Array) -> np.ndarray:
 
 
 def too_deep(texts: pa.Array, max_depth: int) -> np.ndarray:
-    """Which texts nest deeper than `max_depth` (scoring.rules.json_depth).
+    """Which texts nest deeper than `max_depth` (litmus_score.scoring.rules.json_depth).
 
     Depth is at most the number of opening brackets, counted here on the
     bytes of the whole column at once; only texts with more brackets than the

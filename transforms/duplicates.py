@@ -1,5 +1,5 @@
 """Stage 1b: duplicates. A (run_id, trajectory_id) is one trajectory, whatever
-file it came from (scoring.trajectory.resolve_duplicates is the rule).
+file it came from (litmus_score.scoring.trajectory.resolve_duplicates is the rule).
 
 Found without shuffling whole rows:
 
@@ -32,9 +32,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.metrics import Metrics
 
-from scoring import contract as c
-from scoring import metrics as m
-from scoring.trajectory import CONFLICT, DROP, resolve_duplicates
+from litmus_score.scoring import contract as c
+from litmus_score.scoring import metrics as m
+from litmus_score.scoring.trajectory import CONFLICT, DROP, resolve_duplicates
 from transforms import NAMESPACE
 from transforms import schema as s
 from transforms.classify import STATS, group_codes
@@ -229,7 +229,7 @@ class Decision:
 def decide(keyed_copies):
     """(key, Copies) -> (file, Decision) for every copy but the kept one.
 
-    The rule is scoring.trajectory.resolve_duplicates, on fingerprints."""
+    The rule is litmus_score.scoring.trajectory.resolve_duplicates, on fingerprints."""
     (run_id, trajectory_id), copies = keyed_copies
     copies = sorted(copies, key=lambda copy: copy.origin)
     # A single copy was a hash collision: resolve_duplicates decides nothing.

@@ -22,8 +22,8 @@ import jsonpatch
 import numpy as np
 import pyarrow as pa
 
-from scoring.layout import EVIDENCE_SCHEMA
-from scoring.rules import parse_json_object
+from litmus_score.scoring.layout import EVIDENCE_SCHEMA
+from litmus_score.scoring.rules import parse_json_object
 from transforms import schema as s
 from transforms.columnar import group_codes
 

@@ -6,8 +6,8 @@ from typing import Optional
 
 import apache_beam as beam
 
-from scoring import contract as c
-from scoring import metrics as m
+from litmus_score.scoring import contract as c
+from litmus_score.scoring import metrics as m
 
 
 class RunMetricsCombineFn(beam.CombineFn):

@@ -29,8 +29,8 @@ from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from scoring import contract as c
-from scoring.trajectory import DEFAULT_BOUNDS
+from litmus_score.scoring import contract as c
+from litmus_score.scoring.trajectory import DEFAULT_BOUNDS
 from transforms import NAMESPACE
 from transforms import schema as s
 from transforms.coders import RecordBatchCoder  # noqa: F401  (registers the coder of the batches read emits)

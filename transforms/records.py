@@ -10,8 +10,8 @@ import json
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from scoring.contract import PIPELINE_ERROR
-from scoring.trajectory import decoded
+from litmus_score.scoring.contract import PIPELINE_ERROR
+from litmus_score.scoring.trajectory import decoded
 from transforms import schema as s
 
 UNSCORED = "unscored"

@@ -1,6 +1,6 @@
 """Stage 3: resolve each call's adjudication context.
 
-Every rule of scoring.rules.score_tool_call is computed here on whole
+Every rule of litmus_score.scoring.rules.score_tool_call is computed here on whole
 columns: the verdicts, whether the environment realized the call, and every
 reason a call cannot be adjudicated in the mode. Python touches only the few
 texts the vectorized JSON check cannot settle (deeply nested or malformed)
@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam.metrics import Metrics
 
-from scoring import contract as c
-from scoring.rules import canonical_json, parse_json_object
+from litmus_score.scoring import contract as c
+from litmus_score.scoring.rules import canonical_json, parse_json_object
 from transforms import NAMESPACE
 from transforms import schema as s
 from transforms.coders import ArrowCoder, from_ipc, join, registered, split, to_ipc
@@ -114,7 +114,7 @@ class ResolvedCoder(ArrowCoder):
 
 
 def json_object(array: pa.Array, known: pa.Array = None, known_ok: np.ndarray = None) -> np.ndarray:
-    """Which texts are JSON objects, exactly as scoring.rules.parse_json_object says.
+    """Which texts are JSON objects, exactly as litmus_score.scoring.rules.parse_json_object says.
 
     The RE2 expression settles almost every text; the rest (nested deeper
     than MAX_DEPTH, or not JSON at all) are parsed. Where `array` equals
@@ -234,7 +234,7 @@ def _verdict_or_null(array: pa.Array) -> pa.Array:
 
 @dataclass(frozen=True)
 class ContextVerdicts:
-    """One context's verdict per call (resolve_verdict of scoring.rules, by column)."""
+    """One context's verdict per call (resolve_verdict of litmus_score.scoring.rules, by column)."""
 
     value: pa.Array  # allow, deny or null
     source: pa.Array  # recorded, policy or null
@@ -275,7 +275,7 @@ class CallResolution:
     commit: ContextVerdicts
     realized: pa.Array
     reasons: dict
-    audit: dict  # scoring.validity's counts as masks (transforms.validity.audit_masks)
+    audit: dict  # litmus_score.scoring.validity's counts as masks (transforms.validity.audit_masks)
 
     @property
     def unscored(self) -> np.ndarray:
@@ -297,7 +297,7 @@ def resolve_calls(flat: FlatCalls, mode: str, policy, considered: np.ndarray) ->
     proposal = context_verdicts(flat, "proposal", policy, proposal_ok & considered)
     commit = context_verdicts(flat, "commit", policy, commit_ok & considered)
     realized = _realized(flat)
-    # The validity audit (scoring.validity) reads both contexts in every mode.
+    # The validity audit (litmus_score.scoring.validity) reads both contexts in every mode.
     comparable = considered & has_commit & proposal_ok & commit_ok
     audited = comparable & arguments_ok
     # Meaningful where comparable; strict mode reads it too.
@@ -402,10 +402,10 @@ class ResolveContextsFn(beam.DoFn):
 
 class ResolveContexts(beam.PTransform):
     """Checked batches -> Resolved (main), UNSCORED tables (`unscored`), the
-    validity audit's statistics (`validity`, scoring.metrics form) and,
+    validity audit's statistics (`validity`, litmus_score.scoring.metrics form) and,
     should a batch raise unexpectedly, the Checked batch and its error (`failed`).
 
-    `policy` (a scoring.rules.Policy, e.g. scoring.policy.PolicyDocument)
+    `policy` (a litmus_score.scoring.rules.Policy, e.g. litmus_score.scoring.policy.PolicyDocument)
     decides where a context recorded no verdict, and checks those recorded.
     """
 

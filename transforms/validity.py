@@ -1,8 +1,8 @@
-"""The validity audit of scoring.validity on whole columns, and its statistics.
+"""The validity audit of litmus_score.scoring.validity on whole columns, and its statistics.
 
 Context resolution computes the masks (it has the verdicts and the parsed
 arguments at hand) in every mode; this module states them and counts them
-per (run_id, agent) and tool in the nested form of scoring.metrics.
+per (run_id, agent) and tool in the nested form of litmus_score.scoring.metrics.
 tests/test_agreement.py proves the counts equal the reference's.
 """
 
@@ -12,14 +12,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from scoring import contract as c
-from scoring.validity import FIELDS
+from litmus_score.scoring import contract as c
+from litmus_score.scoring.validity import FIELDS
 from transforms.columnar import FlatCalls, encode, equals, group_codes, is_null
 
 
 def audit_masks(flat: FlatCalls, proposal, commit, realized: pa.Array, audited: np.ndarray,
                 same_arguments: np.ndarray) -> dict:
-    """scoring.validity's FIELDS as masks over the calls, set only where `audited`.
+    """litmus_score.scoring.validity's FIELDS as masks over the calls, set only where `audited`.
 
     `proposal` and `commit` are the contexts' verdicts (recorded, else the
     policy's), `same_arguments` whether the resolved arguments are equal JSON.

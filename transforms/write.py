@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
-from scoring.layout import (
+from litmus_score.scoring.layout import (
     EVIDENCE_FILE, MANIFEST_FILE, METRICS_FILE, PARTIAL_PREFIX, SCORED_DIR, SCORED_PREFIX, TEMP_PREFIX,
     TRAJECTORIES_DIR, UNSCORED_DIR,
 )
@@ -148,7 +148,7 @@ TRAJECTORY_FILES = FileSet(
 
 
 # Output key -> its file set; `unscored` holds one file set per stage. A new
-# kind of output is one entry here (and its folder name in scoring.layout).
+# kind of output is one entry here (and its folder name in litmus_score.scoring.layout).
 FILE_SETS = {"scored": SCORED_FILES, "trajectories": TRAJECTORY_FILES}
 
 

@@ -4,7 +4,7 @@
 from the documents a run writes (scoring-v1 metrics, the manifest, the
 evidence) and, optionally, a litmus-comparison/1 document. Agent, run, tool, task and file names, reasons
 and hashes come from adversarial trajectories: they are data, shown as text.
-Jinja2 autoescapes them in the page and in its SVG charts (report.charts),
+Jinja2 autoescapes them in the page and in its SVG charts (litmus_score.report.charts),
 and a Content-Security-Policy forbids scripts and fetches anyway.
 The page is deterministic: same inputs, same bytes.
 """
@@ -16,11 +16,11 @@ import json
 from markupsafe import Markup
 
 from pipeline import text
-from report.charts import Series, paired_bars
-from report.evidence import evidence_view, validity_view
-from report.jinja import environment
-from scoring import contract
-from scoring.stats import wilson_interval
+from litmus_score.report.charts import Series, paired_bars
+from litmus_score.report.evidence import evidence_view, validity_view
+from litmus_score.report.jinja import environment
+from litmus_score.scoring import contract
+from litmus_score.scoring.stats import wilson_interval
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 

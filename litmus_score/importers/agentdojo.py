@@ -16,7 +16,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from importers import rows as r
+from litmus_score.importers import rows as r
 
 FORMAT = "agentdojo"
 LIBRARY = "agentdojo"

@@ -56,7 +56,7 @@ Verdict for a call, in order:
 refuses duplicate keys and aliases, and validates it with pydantic (unknown
 fields are errors, types are strict). Any fault but I/O (OSError) raises
 PolicyError: one line naming the file, the rule (index and id) and the field.
-The loaded PolicyDocument is the policy: callable as scoring.rules.Policy,
+The loaded PolicyDocument is the policy: callable as litmus_score.scoring.rules.Policy,
 picklable for Beam workers, with `.sha256` over its canonical form (the
 validated model as JSON, sorted keys, compact separators), so YAML comments,
 layout and key order do not change it and every change of content does,
@@ -86,9 +86,9 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from scoring import configfile
-from scoring import contract as c
-from scoring.rules import canonical_json
+from litmus_score.scoring import configfile
+from litmus_score.scoring import contract as c
+from litmus_score.scoring.rules import canonical_json
 
 POLICY_SCHEMA = "litmus-policy/1"
 MAX_POLICY_BYTES = 1024 * 1024
@@ -283,7 +283,7 @@ class Rule(_Model):
 
 
 class PolicyDocument(_Model):
-    """A validated policy; call it as scoring.rules.Policy."""
+    """A validated policy; call it as litmus_score.scoring.rules.Policy."""
 
     schema_: Literal[POLICY_SCHEMA] = Field(alias="schema")
     default: Optional[Literal["allow", "deny"]] = None

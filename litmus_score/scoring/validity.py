@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from scoring import contract as c
-from scoring.rules import Policy, ToolCall, canonical_json, parse_json_object, resolve_verdict
-from scoring.stats import wilson_interval
+from litmus_score.scoring import contract as c
+from litmus_score.scoring.rules import Policy, ToolCall, canonical_json, parse_json_object, resolve_verdict
+from litmus_score.scoring.stats import wilson_interval
 
 DIVERGENCES = ("no_verdict", "verdict_diverged", "arguments_diverged", "principal_diverged", "not_realized")
 # The leaves of a tool's validity block, in the order the report shows them.

@@ -26,7 +26,7 @@ from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from importers import rows as r
+from litmus_score.importers import rows as r
 from transforms import NAMESPACE
 from transforms import coders  # noqa: F401  (registers the Arrow element coders)
 from transforms.write import FileSet, WriteBundleFn, commit_files, to_json, write_text
@@ -42,10 +42,10 @@ CHUNK_ROWS = 512
 
 
 def importer(log_format: str):
-    """The format's module (importers.inspect, ...); ValueError for an unknown format."""
+    """The format's module (litmus_score.importers.inspect, ...); ValueError for an unknown format."""
     if log_format not in FORMATS:
         raise ValueError(f"unknown log format {log_format!r}; expected one of {', '.join(FORMATS)}")
-    return importlib.import_module(f"importers.{log_format}")
+    return importlib.import_module(f"litmus_score.importers.{log_format}")
 
 
 class NoMatchingLogs(ValueError):

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from scoring import contract as c
-from scoring.rules import (
+from litmus_score.scoring import contract as c
+from litmus_score.scoring.rules import (
     AdjudicationContextMismatch,
     CallContext,
     CallScore,
@@ -20,7 +20,7 @@ from scoring.rules import (
     json_depth,
     score_tool_call,
 )
-from scoring.validity import call_validity
+from litmus_score.scoring.validity import call_validity
 
 REQUIRED_COLUMNS = ("schema_version", "run_id", "trajectory_id", "agent", "episode_outcome", "call_count", "calls")
 OPTIONAL_COLUMNS = ("task_id", "task_category", "verbal_stance")
@@ -41,7 +41,7 @@ class Bounds:
 
     `max_calls_per_trajectory` calls, `max_text_bytes` UTF-8 bytes in any one
     string, `max_json_depth` nesting of a JSON text (arguments and resolved
-    arguments; see scoring.rules.json_depth).
+    arguments; see litmus_score.scoring.rules.json_depth).
     """
 
     max_calls_per_trajectory: int = 10_000
@@ -66,7 +66,7 @@ class TrajectoryScore:
     reasons: list = field(default_factory=list)
     detail: str = ""
     calls: list = field(default_factory=list)  # CallScore per call when scored
-    # (tool, scoring.validity counts) per audited call of a complete trajectory, in every mode.
+    # (tool, litmus_score.scoring.validity counts) per audited call of a complete trajectory, in every mode.
     validity: list = field(default_factory=list)
 
     @property

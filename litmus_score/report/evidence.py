@@ -7,7 +7,7 @@ as escaped text by the page's template.
 
 from __future__ import annotations
 
-from scoring.validity import audit_rows
+from litmus_score.scoring.validity import audit_rows
 
 KIND_TITLES = {
     "over_penalized": "Over-penalized: the legacy scorer flags them, no misuse happened",

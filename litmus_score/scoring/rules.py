@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from scoring import contract as c
+from litmus_score.scoring import contract as c
 
 # (tool, resolved arguments, principal) -> "allow" | "deny" | None
 Policy = Callable[[str, dict, str], Optional[str]]

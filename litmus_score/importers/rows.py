@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import pyarrow as pa
 
-from scoring import contract as c
+from litmus_score.scoring import contract as c
 from transforms import schema as s
 
 # Columns every imported shard carries beside the contract's: where the row came from.

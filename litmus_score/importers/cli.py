@@ -12,7 +12,7 @@ import json
 import sys
 from importlib import metadata
 
-from importers.pipeline import FORMATS, MANIFEST_FILE, TRAJECTORIES_DIR
+from litmus_score.importers.pipeline import FORMATS, MANIFEST_FILE, TRAJECTORIES_DIR
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE_INPUT = 0, 1, 2, 4
 DEFAULT_PRINCIPAL = "agent"
@@ -62,7 +62,7 @@ def run_import(log_format: str, logs, output: str, principal: str, beam_args) ->
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from importers import pipeline as p
+    from litmus_score.importers import pipeline as p
     from pipeline.cli import _package_version
     from pipeline.options import with_local_parallelism
 
@@ -123,7 +123,7 @@ def import_and_score(argv, score) -> int:
     the flags. `score` is pipeline.cli.score."""
     from apache_beam.io.filesystems import FileSystems
 
-    from scoring.layout import IMPORTED_DIR
+    from litmus_score.scoring.layout import IMPORTED_DIR
 
     parser = argparse.ArgumentParser(prog="litmus-score score", add_help=False)
     parser.add_argument("--input-format", choices=FORMATS, required=True)

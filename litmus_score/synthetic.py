@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from scoring import contract as c
+from litmus_score.scoring import contract as c
 from transforms import schema
 
 MIXED = "mixed"

@@ -10,7 +10,7 @@ time (`add_trajectory`, the reference) or from Arrow batches
     tools            tool -> calls, misuse, the cluster sums, by_category
     task_categories  task_category -> trajectories, misuse, legacy_misuse
     tasks            task_id -> the same
-    validity         tool -> the counts of scoring.validity (audited calls)
+    validity         tool -> the counts of litmus_score.scoring.validity (audited calls)
 
 A run's statistics map each (run_id, agent) to its group's, and INPUTS to
 the input accounting (files, unreadable_files, rows_declared, rows_read).
@@ -25,10 +25,10 @@ from __future__ import annotations
 import hashlib
 from typing import Dict, Mapping, Optional, Tuple
 
-from scoring import contract as c
-from scoring.layout import NO_TASK, OTHER
-from scoring.stats import clustered_rate_interval, wilson_interval
-from scoring.validity import validity_block
+from litmus_score.scoring import contract as c
+from litmus_score.scoring.layout import NO_TASK, OTHER
+from litmus_score.scoring.stats import clustered_rate_interval, wilson_interval
+from litmus_score.scoring.validity import validity_block
 
 COUNTERS = (
     "trajectories_input",

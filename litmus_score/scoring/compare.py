@@ -55,10 +55,10 @@ from typing import Any, Literal, Mapping, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, model_validator
 from pydantic_core import PydanticCustomError
 
-from scoring import configfile
-from scoring import contract as c
-from scoring.layout import COMPARISON_SCHEMA, NO_TASK, OTHER
-from scoring.stats import Z95, wilson_interval
+from litmus_score.scoring import configfile
+from litmus_score.scoring import contract as c
+from litmus_score.scoring.layout import COMPARISON_SCHEMA, NO_TASK, OTHER
+from litmus_score.scoring.stats import Z95, wilson_interval
 
 THRESHOLDS_SCHEMA = "litmus-thresholds/1"
 MAX_THRESHOLDS_BYTES = 64 * 1024

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from markupsafe import Markup
 
-from report.jinja import environment
+from litmus_score.report.jinja import environment
 
 WIDTH = 960
 LABELS = 270  # label column: CHART_CHARS characters at 12px

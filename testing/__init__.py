@@ -1,1 +1,0 @@
-"""Synthetic data for demos, tests and benchmarks; not part of the scoring job."""
