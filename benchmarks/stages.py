@@ -16,10 +16,11 @@ import time
 import apache_beam as beam
 
 from transforms.classify import ClassifyFn
-from transforms.completeness import CheckCompletenessFn, Checked
+from transforms.completeness import CheckCompletenessFn
 from transforms.duplicates import HashKeysFn
-from transforms.read import DEFAULT_BATCH_ROWS, ReadShardFn, Shard, calls_in
-from transforms.resolve import ResolveContextsFn, Resolved
+from transforms.elements import Checked, Resolved, Shard
+from transforms.read import DEFAULT_BATCH_ROWS, ReadShardFn, calls_in
+from transforms.resolve import ResolveContextsFn
 from transforms.write import SCORED_FILES, TRAJECTORY_FILES, WriteBundleFn
 
 CPU = collections.Counter()

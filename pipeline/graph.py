@@ -15,14 +15,15 @@ from litmus_score.scoring import contract as c
 from litmus_score.scoring import layout
 from litmus_score.scoring import metrics as m
 from litmus_score.scoring.trajectory import DEFAULT_BOUNDS, Bounds
-from transforms.classify import EVIDENCE, STATS, TRAJECTORIES, Classify, unscored_statistics
+from transforms.classify import Classify, unscored_statistics
 from transforms.completeness import CheckCompleteness
 from transforms.duplicates import FindDuplicates, SetAsideDuplicates
 from transforms.evidence import CollectEvidence
 from transforms.metrics import ComputeMetrics
-from transforms.read import DEFAULT_BATCH_ROWS, SHARD_REPORTS, ReadShards
-from transforms.records import FAILED, UNSCORED, failed_batch_to_unscored
-from transforms.resolve import VALIDITY, ResolveContexts
+from transforms.elements import Tag
+from transforms.read import DEFAULT_BATCH_ROWS, ReadShards
+from transforms.records import failed_batch_to_unscored
+from transforms.resolve import ResolveContexts
 from transforms.write import WriteOutputs
 
 
@@ -68,19 +69,19 @@ class ScoreTrajectories(beam.PTransform):
         resolved = checked.complete | "Context resolution" >> ResolveContexts(self._mode, self._policy)
         classified = resolved.resolved | "Classification" >> Classify(self._mode)
         failed = (
-            (checked[FAILED], resolved[FAILED])
+            (checked[Tag.FAILED], resolved[Tag.FAILED])
             | "Gather failed batches" >> beam.Flatten()
             | "Keep failed rows as unscored" >> beam.Map(failed_batch_to_unscored).with_output_types(pa.Table)
         )
         # Kept apart, not flattened: a runner may materialize a Flatten, and
         # the UNSCORED records carry whole input rows.
-        unscored = {layout.DUPLICATE: distinct[UNSCORED], layout.INCOMPLETE: checked[UNSCORED],
-                    layout.UNRESOLVED: resolved[UNSCORED], layout.FAILED: failed}
-        reports = read[SHARD_REPORTS]
+        unscored = {layout.DUPLICATE: distinct[Tag.UNSCORED], layout.INCOMPLETE: checked[Tag.UNSCORED],
+                    layout.UNRESOLVED: resolved[Tag.UNSCORED], layout.FAILED: failed}
+        reports = read[Tag.SHARD_REPORTS]
         statistics = [
-            classified[STATS],
-            resolved[VALIDITY],
-            distinct[STATS],
+            classified[Tag.STATS],
+            resolved[Tag.VALIDITY],
+            distinct[Tag.STATS],
             reports | "Count inputs" >> beam.Map(m.input_statistics),
         ] + [
             records | f"Count {name} unscored" >> beam.Map(unscored_statistics) for name, records in unscored.items()
@@ -88,8 +89,8 @@ class ScoreTrajectories(beam.PTransform):
         policy_sha256 = self._policy.sha256 if self._policy is not None else None
         return {
             "scored": classified.scored,
-            "trajectories": classified[TRAJECTORIES],
-            "evidence": classified[EVIDENCE] | "Evidence" >> CollectEvidence(),
+            "trajectories": classified[Tag.TRAJECTORIES],
+            "evidence": classified[Tag.EVIDENCE] | "Evidence" >> CollectEvidence(),
             "unscored": unscored,
             "metrics": statistics | "Metrics" >> ComputeMetrics(self._mode, policy_sha256, self._max_slice_keys),
             "shard_reports": reports,

@@ -111,7 +111,7 @@ def _scored_lines(calls, trajectory, mode, evidence) -> list:
         patch = deciding.get("patch")
         lines += ["", f"deciding call ({kind.replace('_', '-')}, from {EVIDENCE_FILE}): {_t(deciding['call_id'], 40)}",
                   f"  arguments: {_t(deciding['arguments'], text.TERMINAL_CHARS)}",
-                  f"  resolved arguments, proposal -> commit: " + (
+                  "  resolved arguments, proposal -> commit: " + (
                       "not comparable" if patch is None else "unchanged" if not patch else
                       "; ".join(f"{_t(op.get('op'), 8)} {_t(op.get('path'), WIDE)}"
                                 + (f" = {_t(op['value'], WIDE)}" if op.get("value") is not None else "")

@@ -28,7 +28,7 @@ from tests.strategies import SMALL_BOUNDS, trajectory_lists
 from transforms.classify import ClassifyFn, unscored_statistics
 from transforms.completeness import CheckCompletenessFn, completeness_reasons
 from transforms.metrics import RunMetricsCombineFn
-from transforms.read import conform_batch
+from transforms.conform import conform_batch
 from transforms.resolve import ResolveContextsFn
 
 MODES = st.sampled_from(c.MODES)

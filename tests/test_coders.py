@@ -7,9 +7,9 @@ import pytest
 from litmus_score.scoring import contract as c
 from tests import builders as b
 from transforms.coders import RecordBatchCoder, TableCoder
-from transforms.completeness import Checked, CheckedCoder
-from transforms.read import conform_batch
-from transforms.resolve import ResolveContextsFn, Resolved, ResolvedCoder
+from transforms.conform import conform_batch
+from transforms.elements import Checked, CheckedCoder, Resolved, ResolvedCoder
+from transforms.resolve import ResolveContextsFn
 
 
 @pytest.fixture

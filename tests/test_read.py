@@ -7,7 +7,8 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from tests import builders as b
 from transforms import schema as s
-from transforms.read import SHARD_REPORTS, ReadShards, even_batch_rows
+from transforms.elements import Tag
+from transforms.read import ReadShards, even_batch_rows
 
 
 @pytest.mark.parametrize("rows, target, size", [
@@ -33,7 +34,7 @@ def test_batches_carry_provenance_and_every_shard_reports(tmp_path):
         provenance = read.batches | "Provenance" >> beam.FlatMap(
             lambda batch: zip(batch.column(s.SOURCE_FILE).to_pylist(), batch.column(s.SOURCE_ROW).to_pylist(),
                               batch.column("trajectory_id").to_pylist()))
-        reports = read[SHARD_REPORTS] | "Reports" >> beam.Map(
+        reports = read[Tag.SHARD_REPORTS] | "Reports" >> beam.Map(
             lambda r: (r["file"].rsplit("/", 1)[1], r["rows_declared"], r["rows_read"], r["row_groups"], r["error"] is None))
         assert_that(sizes, equal_to([2, 3, 2, 3, 3]), label="batch sizes")
         assert_that(provenance, equal_to([(str(tmp_path / "a.parquet"), i, f"t{i}") for i in range(13)]),

@@ -20,11 +20,8 @@ from transforms import NAMESPACE
 from transforms import schema as s
 from transforms.columnar import encode, equals, group_codes
 from transforms.evidence import batch_evidence
-from transforms.resolve import Resolved
+from transforms.elements import Resolved, Tag
 
-STATS = "stats"
-TRAJECTORIES = "trajectories"
-EVIDENCE = "evidence"
 _VERDICT_CODES = (None, c.ALLOW, c.DENY)
 _MUTATED_CODES = (None, False, True)
 
@@ -215,12 +212,12 @@ class ClassifyFn(beam.DoFn):
         }
         self._trajectories.inc(n)
         self._calls.inc(calls.num_rows)
-        yield beam.pvalue.TaggedOutput(STATS, batch_statistics(resolved, codes, names, misuse_call, counters))
-        yield beam.pvalue.TaggedOutput(TRAJECTORIES, trajectory_table(resolved, counters, misuse_call, proposal_deny))
+        yield beam.pvalue.TaggedOutput(Tag.STATS, batch_statistics(resolved, codes, names, misuse_call, counters))
+        yield beam.pvalue.TaggedOutput(Tag.TRAJECTORIES, trajectory_table(resolved, counters, misuse_call, proposal_deny))
         deciding = {"over_penalized": proposal_deny, "under_penalized": misuse_call,
                     "execution_hallucination": misuse_call}
         if any(counters[kind].any() for kind in deciding):
-            yield beam.pvalue.TaggedOutput(EVIDENCE, batch_evidence(resolved, counters, deciding, codes, names))
+            yield beam.pvalue.TaggedOutput(Tag.EVIDENCE, batch_evidence(resolved, counters, deciding, codes, names))
 
         take = lambda name: pc.take(trajectories[name], owner)  # noqa: E731
         # Encoded once per trajectory, so repeating them per call moves indices.
@@ -267,6 +264,6 @@ class Classify(beam.PTransform):
     def expand(self, resolved):
         return resolved | "Classify calls" >> (
             beam.ParDo(ClassifyFn(self._mode))
-            .with_output_types(pa.Table, **{STATS: dict, TRAJECTORIES: pa.Table, EVIDENCE: dict})
-            .with_outputs(STATS, TRAJECTORIES, EVIDENCE, main="scored")
+            .with_output_types(pa.Table, **{Tag.STATS: dict, Tag.TRAJECTORIES: pa.Table, Tag.EVIDENCE: dict})
+            .with_outputs(Tag.STATS, Tag.TRAJECTORIES, Tag.EVIDENCE, main="scored")
         )

@@ -7,8 +7,6 @@ reference's on random trajectories.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
@@ -28,38 +26,11 @@ from litmus_score.scoring.trajectory import (
 )
 from transforms import NAMESPACE
 from transforms import schema as s
-from transforms.coders import ArrowCoder, batch_from_ipc, join, registered, split, to_ipc
 from transforms.columnar import FlatCalls, equals, is_null
-from transforms.records import FAILED, UNSCORED, unscored_table
+from transforms.elements import Checked, Tag
+from transforms.records import unscored_table
 
 
-@dataclass(frozen=True)
-class Checked:
-    """A read batch and which of its rows are complete.
-
-    The batch travels whole: filtering would copy every call's strings, and
-    the incomplete rows have already left as UNSCORED records.
-    """
-
-    batch: pa.RecordBatch
-    complete: np.ndarray  # bool per row, some True
-
-
-@registered
-class CheckedCoder(ArrowCoder):
-    element_type = Checked
-
-    def encode(self, value: Checked) -> bytes:
-        return join(to_ipc(value.batch), np.packbits(value.complete).tobytes())
-
-    def decode(self, encoded: bytes) -> Checked:
-        batch, mask = split(encoded, 2)
-        batch = batch_from_ipc(batch)
-        complete = np.unpackbits(np.frombuffer(mask, np.uint8), count=batch.num_rows).astype(bool)
-        return Checked(batch, complete)
-
-    def estimate_size(self, value: Checked) -> int:
-        return value.batch.nbytes + value.complete.nbytes
 
 
 def _duplicate_ids(flat: FlatCalls, present: np.ndarray) -> np.ndarray:
@@ -198,7 +169,7 @@ class CheckCompletenessFn(beam.DoFn):
         rows = np.flatnonzero(incomplete)
         self._unscored.inc(len(rows))
         yield beam.pvalue.TaggedOutput(
-            UNSCORED,
+            Tag.UNSCORED,
             unscored_table(
                 batch.filter(pa.array(incomplete)),
                 [[reason for reason, mask in reasons.items() if mask[i]] for i in rows],
@@ -218,5 +189,5 @@ class CheckCompleteness(beam.PTransform):
 
     def expand(self, batches):
         return batches | "Check completeness" >> beam.ParDo(CheckCompletenessFn(self._bounds)).with_output_types(
-            Checked, **{UNSCORED: pa.Table}
-        ).with_outputs(UNSCORED, main="complete").with_exception_handling(dead_letter_tag=FAILED)
+            Checked, **{Tag.UNSCORED: pa.Table}
+        ).with_outputs(Tag.UNSCORED, main="complete").with_exception_handling(dead_letter_tag=Tag.FAILED)

@@ -37,9 +37,10 @@ from litmus_score.scoring import metrics as m
 from litmus_score.scoring.trajectory import CONFLICT, DROP, resolve_duplicates
 from transforms import NAMESPACE
 from transforms import schema as s
-from transforms.classify import STATS, group_codes
-from transforms.read import _UNREADABLE, Shard, _open, conform_array, conform_batch, shares_contract
-from transforms.records import UNSCORED, unscored_table
+from transforms.columnar import group_codes
+from transforms.conform import UNREADABLE, conform_array, conform_batch, open_shard, shares_contract
+from transforms.elements import Shard, Tag
+from transforms.records import unscored_table
 
 KEY_COLUMNS = ("run_id", "trajectory_id")
 BUCKETS = 64
@@ -117,7 +118,7 @@ def key_index(shard: Shard):
         return None
     rows, hashes = [], []
     try:
-        with _open(shard.path) as handle:
+        with open_shard(shard.path) as handle:
             parquet = pq.ParquetFile(handle)
             if not (shares_contract(parquet.schema_arrow) and set(KEY_COLUMNS) <= set(parquet.schema_arrow.names)):
                 return None
@@ -128,14 +129,14 @@ def key_index(shard: Shard):
                     table = parquet.read_row_group(group, columns=list(KEY_COLUMNS), use_threads=False)
                     keys = [conform_array(table[name].combine_chunks(), pa.string(), name).array
                             for name in KEY_COLUMNS]
-                except _UNREADABLE:
+                except UNREADABLE:
                     keys = None  # the main read reports this row group
                 if keys is not None:
                     present = ~np.asarray(pc.or_(keys[0].is_null(), keys[1].is_null()), bool)
                     rows.append(start + np.flatnonzero(present))
                     hashes.append(key_hashes(*keys)[present])
                 start += size
-    except _UNREADABLE:
+    except UNREADABLE:
         return None  # the main read reports the file
     return KeyIndex(shard.path, np.concatenate(rows), np.concatenate(hashes)) if rows else None
 
@@ -196,7 +197,7 @@ class FingerprintCandidatesFn(beam.DoFn):
         if not len(wanted):
             return
         try:
-            with _open(index.path) as handle:
+            with open_shard(index.path) as handle:
                 parquet = pq.ParquetFile(handle)
                 ends = np.cumsum([parquet.metadata.row_group(g).num_rows
                                   for g in range(parquet.metadata.num_row_groups)])
@@ -205,7 +206,7 @@ class FingerprintCandidatesFn(beam.DoFn):
                     start = int(ends[group - 1]) if group else 0
                     try:
                         table = parquet.read_row_group(group, use_threads=False)
-                    except _UNREADABLE:
+                    except UNREADABLE:
                         continue  # unread rows are not part of the run
                     local = wanted[groups == group] - start
                     batch = table.take(pa.array(local)).combine_chunks().to_batches()[0]
@@ -213,7 +214,7 @@ class FingerprintCandidatesFn(beam.DoFn):
                     for position, row in zip(local.tolist(), conformed.select(list(_FINGERPRINTED)).to_pylist()):
                         key = (row["run_id"], row["trajectory_id"])
                         yield key, Copy((index.path, start + position), fingerprint(row))
-        except _UNREADABLE:
+        except UNREADABLE:
             return
 
 
@@ -293,11 +294,11 @@ class SetAsideDuplicatesFn(beam.DoFn):
         conflicting = at[[d.action == CONFLICT for d in actions]]
         if len(dropped):
             self._dropped.inc(len(dropped))
-            yield beam.pvalue.TaggedOutput(STATS, dropped_statistics(batch.take(pa.array(dropped))))
+            yield beam.pvalue.TaggedOutput(Tag.STATS, dropped_statistics(batch.take(pa.array(dropped))))
         if len(conflicting):
             self._conflicting.inc(len(conflicting))
             details = [decided[row].detail for row in positions[conflicting].tolist()]
-            yield beam.pvalue.TaggedOutput(UNSCORED, unscored_table(
+            yield beam.pvalue.TaggedOutput(Tag.UNSCORED, unscored_table(
                 batch.take(pa.array(conflicting)), [[c.DUPLICATE_TRAJECTORY]] * len(conflicting), details))
         keep = np.ones(batch.num_rows, bool)
         keep[at] = False
@@ -323,5 +324,5 @@ class SetAsideDuplicates(beam.PTransform):
     def expand(self, batches):
         return batches | "Set aside duplicates" >> beam.ParDo(
             SetAsideDuplicatesFn(), beam.pvalue.AsDict(self._decisions)
-        ).with_output_types(pa.RecordBatch, **{UNSCORED: pa.Table, STATS: dict}).with_outputs(
-            UNSCORED, STATS, main="batches")
+        ).with_output_types(pa.RecordBatch, **{Tag.UNSCORED: pa.Table, Tag.STATS: dict}).with_outputs(
+            Tag.UNSCORED, Tag.STATS, main="batches")

@@ -6,11 +6,9 @@ its footer's row count beside the rows read, row group by row group, so a
 corrupt row group costs its own rows only. Batches, not rows, travel through
 the pipeline: per-element Python work is what a Beam pipeline pays for.
 
-Each row stands alone: a value that cannot be read as the contract's type
-(`"many"` as call_count, 2^40 as int32) is read as null in its own row only,
-and a string that is not UTF-8 or longer than the bound is flagged in its own
-row (the `_invalid_text` and `_too_large` columns, which completeness turns
-into reasons). Which batch or row group a row travels in never matters.
+Each row stands alone (transforms.conform): a value that cannot be read as
+the contract's type is null in its own row only, and which batch or row
+group a row travels in never matters.
 """
 
 from __future__ import annotations
@@ -18,10 +16,8 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from dataclasses import dataclass, field
 
 import apache_beam as beam
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -29,244 +25,15 @@ from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from litmus_score.scoring import contract as c
 from litmus_score.scoring.trajectory import DEFAULT_BOUNDS
 from transforms import NAMESPACE
-from transforms import schema as s
-from transforms.coders import RecordBatchCoder  # noqa: F401  (registers the coder of the batches read emits)
+from transforms.conform import UNREADABLE, conform_batch, open_shard, shares_contract
+from transforms.elements import Shard, Tag
 from transforms.progress import TALLY
 
-SHARD_REPORTS = "shard_reports"
 # Measured on the benchmark workload (README, Performance): 4,096 trajectories (about
 # 27,000 calls) cost no more time per call than 16,384 and half the memory; 1,024 cost more.
 DEFAULT_BATCH_ROWS = 4096
-
-# Errors that mean "this file (or row group) is not readable Parquet".
-_UNREADABLE = (pa.ArrowException, OSError, EOFError, ValueError)
-# Casts that fail on some values; a cast that is not implemented at all is a
-# column of the wrong type.
-_CAST_FAILED = (pa.ArrowInvalid,)
-# Below this many elements, failing values are found one by one.
-_BISECT_LEAF = 16
-
-
-class ColumnTypeError(ValueError):
-    """A column (or nested field) whose type cannot be read as the contract's."""
-
-    def __init__(self, path: str, found: pa.DataType, expected: pa.DataType):
-        self.path = path
-        super().__init__(f"column {path!r} has type {found}, expected {expected}")
-
-
-def failing(array: pa.Array, attempt) -> np.ndarray:
-    """Which elements `attempt` (a function of a slice) fails on.
-
-    Found by halving, so k failing values among n cost about k log n
-    attempts, and a clean array costs one.
-    """
-    bad = np.zeros(len(array), bool)
-
-    def visit(start: int, length: int) -> None:
-        if length == 0:
-            return
-        try:
-            attempt(array.slice(start, length))
-            return
-        except _CAST_FAILED:
-            pass
-        if length <= _BISECT_LEAF:
-            for i in range(start, start + length):
-                try:
-                    attempt(array.slice(i, 1))
-                except _CAST_FAILED:
-                    bad[i] = True
-            return
-        half = length // 2
-        visit(start, half)
-        visit(start + half, length - half)
-
-    visit(0, len(array))
-    return bad
-
-
-@dataclass
-class Conformed:
-    """An array on the contract's type, and what reading it found per element.
-
-    `flags` maps (reason, dotted path) to the elements the reason applies to
-    (invalid_text, too_large); `unread` says, per path, how many values
-    could not be read as the contract's type and became null.
-    """
-
-    array: pa.Array
-    flags: dict = field(default_factory=dict)
-    unread: dict = field(default_factory=dict)
-
-
-def _as_binary(array: pa.Array) -> pa.Array:
-    """The bytes of a string-like array, without validating them."""
-    if pa.types.is_dictionary(array.type):
-        array = array.dictionary.take(array.indices) if len(array.dictionary) else pa.nulls(len(array), pa.string())
-    if pa.types.is_string(array.type):
-        return array.view(pa.binary())
-    if pa.types.is_large_string(array.type):
-        return array.view(pa.large_binary())
-    return array
-
-
-def _conform_text(array: pa.Array, path: str, max_bytes: int) -> Conformed:
-    """A string column: invalid UTF-8 replaced by U+FFFD and flagged, over-long texts flagged."""
-    raw = _as_binary(array)
-    if not (pa.types.is_binary(raw.type) or pa.types.is_large_binary(raw.type)):
-        return _conform_value(array, pa.string(), path)
-    flags, lengths = {}, np.zeros(0, np.int64)
-    if len(raw):
-        offsets = np.frombuffer(raw.buffers()[1], np.int64 if pa.types.is_large_binary(raw.type) else np.int32)
-        lengths = np.diff(offsets[raw.offset:raw.offset + len(raw) + 1])
-    if len(lengths) and lengths.max() > max_bytes:
-        # A null's slot may span bytes: only values count.
-        flags[(c.TOO_LARGE, path)] = (lengths > max_bytes) & ~np.asarray(raw.is_null(), bool)
-    invalid = failing(raw, lambda part: part.cast(pa.string()))
-    if invalid.any():
-        flags[(c.INVALID_TEXT, path)] = invalid
-        at = np.flatnonzero(invalid)
-        repaired = [value.decode("utf-8", "replace") for value in raw.take(pa.array(at)).to_pylist()]
-        raw = pc.replace_with_mask(raw, pa.array(invalid), pa.array(repaired, pa.string()).cast(raw.type))
-    # Valid UTF-8 now: a view, not a second validating cast.
-    text = raw.view(pa.string() if pa.types.is_binary(raw.type) else pa.large_string())
-    return Conformed(text.cast(pa.string()), flags)
-
-
-def _conform_value(array: pa.Array, target: pa.DataType, path: str) -> Conformed:
-    """A scalar column cast to `target`; values the cast fails on are null in their own row."""
-    if array.type == target:
-        return Conformed(array)
-    # A finer timestamp (pandas writes nanoseconds) is truncated to the
-    # contract's microseconds; every other cast must be lossless.
-    lossless = not (pa.types.is_timestamp(target) and pa.types.is_timestamp(array.type))
-    cast = lambda part: pc.cast(part, target, safe=lossless)  # noqa: E731
-    try:
-        cast(array.slice(0, 0))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        raise ColumnTypeError(path, array.type, target) from None
-    try:
-        return Conformed(cast(array))
-    except _CAST_FAILED:
-        pass
-    bad = failing(array, cast)
-    unread = {path: f"{int(bad.sum())} {array.type} value(s) cannot be read as {target}"}
-    return Conformed(cast(pc.if_else(pa.array(bad), pa.scalar(None, array.type), array)), unread=unread)
-
-
-def _lift(flags: dict, into: dict, per_parent, parent_valid: np.ndarray) -> None:
-    for key, mask in flags.items():
-        lifted = per_parent(mask) & parent_valid
-        if lifted.any():
-            into[key] = into[key] | lifted if key in into else lifted
-
-
-def conform_array(array: pa.Array, target: pa.DataType, path: str,
-                  max_text_bytes: int = DEFAULT_BOUNDS.max_text_bytes) -> Conformed:
-    """`array` as `target`: fields matched by name, absent ones null, extras dropped.
-
-    Every string inside is checked for UTF-8 and its length; the flags of
-    nested values are lifted to the elements of `array` that hold them.
-    """
-    if pa.types.is_struct(target):
-        if not pa.types.is_struct(array.type):
-            raise ColumnTypeError(path, array.type, target)
-        present = {array.type.field(i).name for i in range(array.type.num_fields)}
-        valid = ~np.asarray(array.is_null(), bool)
-        children, flags, unread = [], {}, {}
-        for f in target:
-            if f.name not in present:
-                children.append(pa.nulls(len(array), f.type))
-                continue
-            child = conform_array(array.field(f.name), f.type, f"{path}.{f.name}", max_text_bytes)
-            children.append(child.array)
-            _lift(child.flags, flags, lambda mask: mask, valid)
-            unread.update(child.unread)
-        return Conformed(pa.StructArray.from_arrays(children, fields=list(target), mask=array.is_null()), flags, unread)
-    if pa.types.is_list(target):
-        if not (pa.types.is_list(array.type) or pa.types.is_large_list(array.type)):
-            raise ColumnTypeError(path, array.type, target)
-        # Only the values this (maybe sliced) list array holds, from offset 0.
-        offsets = array.offsets.to_numpy().astype(np.int64)
-        first, offsets = offsets[0], offsets - offsets[0]
-        values = conform_array(array.values.slice(first, offsets[-1]), target.value_type, f"{path}[]", max_text_bytes)
-
-        def per_list(mask):
-            counts = np.concatenate([[0], np.cumsum(mask)])
-            return counts[offsets[1:]] > counts[offsets[:-1]]
-
-        flags = {}
-        _lift(values.flags, flags, per_list, ~np.asarray(array.is_null(), bool))
-        lists = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values.array, type=target,
-                                         mask=array.is_null())
-        return Conformed(lists, flags, values.unread)
-    if pa.types.is_string(target):
-        return _conform_text(array, path, max_text_bytes)
-    return _conform_value(array, target, path)
-
-
-def _flag_column(flags: dict, reason: str, num_rows: int) -> pa.Array:
-    """Per row, the paths flagged with `reason` (comma-separated), null where none."""
-    paths = [(path, mask) for (flagged, path), mask in flags.items() if flagged == reason]
-    if not paths:
-        return pa.nulls(num_rows, pa.string())
-    rows = np.logical_or.reduce([mask for _, mask in paths])
-    values = np.full(num_rows, None, object)
-    for i in np.flatnonzero(rows):
-        values[i] = ", ".join(path for path, mask in paths if mask[i])
-    return pa.array(values, pa.string())
-
-
-def conform_batch(batch: pa.RecordBatch, source: str, first_row: int,
-                  max_text_bytes: int = DEFAULT_BOUNDS.max_text_bytes):
-    """(batch on the contract schema plus provenance, flags and extra columns, issues).
-
-    A column that is absent or of an unreadable type becomes null, which the
-    completeness check then reports as missing_field on every row it affects;
-    a value that cannot be read becomes null in its own row. Input columns
-    not used as contract columns (extra ones, and those of an unreadable
-    type) ride along for the UNSCORED record; one whose name is taken gets
-    the prefix s.RAW_PREFIX.
-    """
-    columns, fields, issues, used, flags = [], [], [], set(), {}
-    names = set(batch.schema.names)
-    for f in s.TRAJECTORY:
-        column = pa.nulls(batch.num_rows, f.type)
-        if f.name not in names:
-            issues.append(f"column {f.name!r} is absent")
-        else:
-            try:
-                conformed = conform_array(batch.column(f.name), f.type, f.name, max_text_bytes)
-                column = conformed.array
-                flags.update(conformed.flags)
-                issues += [f"column {path!r}: {what}; read as null" for path, what in conformed.unread.items()]
-                used.add(f.name)
-            except ColumnTypeError as error:
-                issues.append(str(error))
-        columns.append(column)
-        fields.append(f)
-    columns.append(pa.array([source] * batch.num_rows, pa.string()))
-    columns.append(pa.array(range(first_row, first_row + batch.num_rows), pa.int64()))
-    columns.append(_flag_column(flags, c.INVALID_TEXT, batch.num_rows))
-    columns.append(_flag_column(flags, c.TOO_LARGE, batch.num_rows))
-    fields += s.PROVENANCE + s.READ_FLAGS
-    taken = {f.name for f in fields}
-    for i, f in enumerate(batch.schema):
-        if f.name not in used:
-            columns.append(batch.column(i))
-            fields.append(f.with_name(s.RAW_PREFIX + f.name if f.name in taken else f.name))
-    return pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields)), issues
-
-
-def _open(path: str):
-    """A seekable binary file: Arrow's own for local paths (fastest), Beam's elsewhere."""
-    if FileSystems.get_scheme(path) is None:
-        return pa.OSFile(path, "rb")
-    return FileSystems.open(path, compression_type="uncompressed")
 
 
 def calls_in(batch: pa.RecordBatch) -> int:
@@ -283,24 +50,10 @@ def even_batch_rows(row_group_rows: int, batch_rows: int) -> int:
     return max(1, -(-row_group_rows // batches))
 
 
-def shares_contract(schema: pa.Schema) -> bool:
-    """Whether a file's schema has any column of the contract."""
-    return bool(set(schema.names) & set(s.TRAJECTORY.names))
-
-
 def new_report(path: str, error=None) -> dict:
     """A shard report: rows the footer declares beside the rows read, and what went wrong."""
     return {"file": path, "aliases": [], "rows_declared": None, "rows_read": 0, "row_groups": None,
             "row_groups_unreadable": [], "issues": [], "error": error}
-
-
-@dataclass(frozen=True)
-class Shard:
-    """A path the input patterns matched: read it, or report why not (`error`)."""
-
-    path: str
-    aliases: tuple = ()
-    error: str | None = None
 
 
 class ReadShardFn(beam.DoFn):
@@ -320,18 +73,18 @@ class ReadShardFn(beam.DoFn):
         if report["error"]:
             self._unreadable.inc()
         TALLY.add(shards=1)
-        yield beam.pvalue.TaggedOutput(SHARD_REPORTS, report)
+        yield beam.pvalue.TaggedOutput(Tag.SHARD_REPORTS, report)
 
     def _read(self, path: str, report: dict):
         try:
-            handle = _open(path)
-        except _UNREADABLE as error:
+            handle = open_shard(path)
+        except UNREADABLE as error:
             report["error"] = f"{type(error).__name__}: {error}"
             return
         with handle:
             try:
                 shard = pq.ParquetFile(handle)
-            except _UNREADABLE as error:
+            except UNREADABLE as error:
                 # Not Parquet, or its footer is corrupt: no row can be counted.
                 logging.warning("unreadable shard %s: %s", path, error)
                 report["error"] = f"{type(error).__name__}: {error}"
@@ -358,7 +111,7 @@ class ReadShardFn(beam.DoFn):
                         self._rows.inc(batch.num_rows)
                         yield conformed
                         TALLY.add(calls=calls_in(conformed))
-                except _UNREADABLE as error:
+                except UNREADABLE as error:
                     # A corrupt row group: the rows it declares and were not
                     # read are counted, the file named, the rest read on.
                     logging.warning("unreadable row group %d of %s: %s", group, path, error)
@@ -428,7 +181,7 @@ class ReadShards(beam.PTransform):
     The globs are matched when the transform is built, so a pattern that
     matches nothing fails before any work is launched; a path that cannot be
     read (a folder, a broken link, a pipe) gets a report saying why. Returns
-    a DoOutputsTuple: the main output holds the batches, `[SHARD_REPORTS]`
+    a DoOutputsTuple: the main output holds the batches, `[Tag.SHARD_REPORTS]`
     one dict per file for the manifest.
     """
 
@@ -454,6 +207,6 @@ class ReadShards(beam.PTransform):
             | "Spread shards" >> beam.Reshuffle()
             | "Read shard"
             >> beam.ParDo(ReadShardFn(self._batch_rows, self._max_text_bytes))
-            .with_output_types(pa.RecordBatch, **{SHARD_REPORTS: dict})
-            .with_outputs(SHARD_REPORTS, main="batches")
+            .with_output_types(pa.RecordBatch, **{Tag.SHARD_REPORTS: dict})
+            .with_outputs(Tag.SHARD_REPORTS, main="batches")
         )

@@ -14,9 +14,6 @@ from litmus_score.scoring.contract import PIPELINE_ERROR
 from litmus_score.scoring.trajectory import decoded
 from transforms import schema as s
 
-UNSCORED = "unscored"
-# Dead letters of the safety net: batches that raised unexpectedly.
-FAILED = "failed"
 # Bounds on what one record may say, so a hostile trajectory cannot bloat
 # the outputs through the detail text.
 MAX_DETAIL_CHARS = 2000

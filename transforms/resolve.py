@@ -23,14 +23,10 @@ from apache_beam.metrics import Metrics
 from litmus_score.scoring import contract as c
 from litmus_score.scoring.rules import canonical_json, parse_json_object
 from transforms import NAMESPACE
-from transforms import schema as s
-from transforms.coders import ArrowCoder, from_ipc, join, registered, split, to_ipc
 from transforms.columnar import FlatCalls, equals, is_null
-from transforms.completeness import Checked
-from transforms.records import FAILED, UNSCORED, unscored_table
+from transforms.elements import RESOLVED_CALLS, RESOLVED_TRAJECTORIES, Checked, Resolved, Tag
+from transforms.records import unscored_table
 from transforms.validity import audit_masks, validity_statistics
-
-VALIDITY = "validity"
 
 # JSON nested at most MAX_DEPTH deep is a regular language, so a RE2
 # expression can recognize it exactly: a match proves the text is a valid JSON
@@ -61,56 +57,8 @@ def _json_value(depth: int) -> str:
 
 JSON_OBJECT = rf"^{_WS}{_object(_json_value(MAX_DEPTH - 1))}{_WS}$"
 
-RESOLVED_TRAJECTORIES = pa.schema(
-    [
-        s.TRAJECTORY.field(name)
-        for name in ("run_id", "agent", "trajectory_id", "task_id", "task_category", "verbal_stance")
-    ]
-    + s.PROVENANCE
-)
-RESOLVED_CALLS = pa.schema(
-    [
-        pa.field("trajectory", pa.int64()),  # row of Resolved.trajectories
-        pa.field("call_id", pa.string()),
-        pa.field("step", pa.int32()),
-        pa.field("tool", pa.string()),
-        pa.field("proposal_verdict", pa.string()),
-        pa.field("commit_verdict", pa.string()),
-        pa.field("realized", pa.bool_()),
-        pa.field("state_mutated", pa.bool_()),
-        pa.field("proposal_verdict_source", pa.string()),
-        pa.field("commit_verdict_source", pa.string()),
-        pa.field("policy_disagreement", pa.bool_()),
-        pa.field("outcome", pa.string()),
-        pa.field("status_code", pa.int32()),
-        pa.field("source_call", pa.int64()),  # element of Resolved.inputs
-    ]
-)
 
 
-@dataclass(frozen=True)
-class Resolved:
-    """Trajectories whose every call has its verdicts and realization settled."""
-
-    trajectories: pa.Table  # RESOLVED_TRAJECTORIES
-    calls: pa.Table  # RESOLVED_CALLS
-    # The batch's calls as read (schema.CALL), not copied: where the few
-    # calls shown as evidence take their arguments and contexts from.
-    inputs: pa.Table
-
-
-@registered
-class ResolvedCoder(ArrowCoder):
-    element_type = Resolved
-
-    def encode(self, value: Resolved) -> bytes:
-        return join(to_ipc(value.trajectories), to_ipc(value.calls), to_ipc(value.inputs))
-
-    def decode(self, encoded: bytes) -> Resolved:
-        return Resolved(*map(from_ipc, split(encoded, 3)))
-
-    def estimate_size(self, value: Resolved) -> int:
-        return value.trajectories.nbytes + value.calls.nbytes + value.inputs.nbytes
 
 
 def json_object(array: pa.Array, known: pa.Array = None, known_ok: np.ndarray = None) -> np.ndarray:
@@ -392,12 +340,12 @@ class ResolveContextsFn(beam.DoFn):
         yield _resolved(batch, flat, resolution, checked.complete & ~unscored)
         validity = validity_statistics(batch, flat, resolution.audit)
         if validity:
-            yield beam.pvalue.TaggedOutput(VALIDITY, validity)
+            yield beam.pvalue.TaggedOutput(Tag.VALIDITY, validity)
         if unscored.any():
             rows = np.flatnonzero(unscored)
             self._unscored.inc(len(rows))
             reasons, details = _unscored_reasons(flat, resolution, unscored_calls, rows)
-            yield beam.pvalue.TaggedOutput(UNSCORED, unscored_table(batch.filter(pa.array(unscored)), reasons, details))
+            yield beam.pvalue.TaggedOutput(Tag.UNSCORED, unscored_table(batch.filter(pa.array(unscored)), reasons, details))
 
 
 class ResolveContexts(beam.PTransform):
@@ -417,5 +365,5 @@ class ResolveContexts(beam.PTransform):
     def expand(self, batches):
         fn = ResolveContextsFn(self._mode, self._policy)
         return batches | "Resolve contexts" >> beam.ParDo(fn).with_output_types(
-            Resolved, **{UNSCORED: pa.Table, VALIDITY: dict}
-        ).with_outputs(UNSCORED, VALIDITY, main="resolved").with_exception_handling(dead_letter_tag=FAILED)
+            Resolved, **{Tag.UNSCORED: pa.Table, Tag.VALIDITY: dict}
+        ).with_outputs(Tag.UNSCORED, Tag.VALIDITY, main="resolved").with_exception_handling(dead_letter_tag=Tag.FAILED)
