@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,bench,importers-test,dask]'
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
 # The Airflow DAG's test, in a virtualenv of its own: Airflow's pins disagree with ours.

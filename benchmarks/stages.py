@@ -1,6 +1,6 @@
 """CPU time per stage: each stage's DoFn called directly on a shard's batches, without Beam.
 
-Shows where a call's cost goes (the README's "Where the time goes"); the
+Shows where a call's cost goes (docs/performance.md, "Where the time goes"); the
 whole pipeline adds Beam's bookkeeping, start-up and finishing the run.
 
     python benchmarks/stages.py SHARD.parquet [...] [--batch_rows 4096] [--adjudication commit]

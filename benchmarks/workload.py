@@ -12,7 +12,7 @@ wrong schema version, null columns and call fields, call_count mismatch,
 duplicate call id, steps out of order, truncated, null verdict, malformed
 JSON, no commit), plus a few texts over the default 1 MiB bound (too_large).
 
-Kept out, because DuckDB cannot take part in them (see the README):
+Kept out, because DuckDB cannot take part in them (see docs/performance.md):
 invalid UTF-8 (DuckDB refuses the whole file), and JSON that strict parsers
 and DuckDB's json_valid judge differently (json_valid accepts NaN,
 Infinity and trailing commas, rejects lone surrogate escapes). Synthetic's

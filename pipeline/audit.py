@@ -43,7 +43,7 @@ def audit_table(block: dict, tool_chars: int = 24) -> str:
         )
     valid = sum(row["valid"] for row in rows)
     lines += ["", f"{valid} of {len(rows)} tool(s) held on every observed call; a call counts under every "
-                  "divergence that applies (README: the validity audit)."]
+                  "divergence that applies (docs/outputs.md: the validity audit)."]
     return "\n".join(lines)
 
 

@@ -31,7 +31,7 @@ from transforms.conform import UNREADABLE, conform_batch, open_shard, shares_con
 from transforms.elements import Shard, Tag
 from transforms.progress import TALLY
 
-# Measured on the benchmark workload (README, Performance): 4,096 trajectories (about
+# Measured on the benchmark workload (docs/performance.md): 4,096 trajectories (about
 # 27,000 calls) cost no more time per call than 16,384 and half the memory; 1,024 cost more.
 DEFAULT_BATCH_ROWS = 4096
 
