@@ -42,7 +42,7 @@ class ScoreTrajectories(beam.PTransform):
                  bounds: Bounds = DEFAULT_BOUNDS, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS):
         super().__init__()
         self._read = ReadShards(inputs, batch_rows, bounds.max_text_bytes)
-        self._mode = c.check_mode(mode)
+        self._mode = mode  # checked by the stages that use it
         self._policy = policy
         self._bounds = bounds
         if max_slice_keys < 1:
@@ -97,9 +97,10 @@ class ScoreTrajectories(beam.PTransform):
         }
 
 
-def build(pipeline: beam.Pipeline, config, manifest_header: dict, policy=None) -> int:
-    """Adds the whole job (score, then write everything) to `pipeline`; returns how many shards it reads."""
-    score = ScoreTrajectories(config.inputs, config.adjudication, config.batch_rows, policy,
+def build(pipeline: beam.Pipeline, config, manifest_header: dict) -> int:
+    """Adds the whole job (score, then write everything) to `pipeline` for a
+    pipeline.options.RunConfig; returns how many shards it reads."""
+    score = ScoreTrajectories(config.inputs, config.mode, config.batch_rows, config.policy,
                               config.bounds, config.max_slice_keys)
     outputs = pipeline | "Score trajectories" >> score
     outputs | "Write outputs" >> WriteOutputs(config.output, manifest_header)

@@ -23,6 +23,7 @@ import json
 import os
 import socket
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from apache_beam.io.filesystem import BeamIOError
@@ -33,7 +34,8 @@ from litmus_score.scoring.layout import (
     COMPARISON_FILE, EVIDENCE_FILE, IMPORTED_DIR, LOCK_FILE, MANIFEST_FILE, MANIFEST_SCHEMA, METRICS_FILE, PARTIAL_PREFIX, REPORT_FILE,
     SUCCESS_MARKER, TEMP_PREFIX, UNSCORED_DIR,
 )
-from transforms.write import FILE_SETS, to_json, write_text, write_whole
+from transforms.files import to_json, write_text, write_whole
+from transforms.write import FILE_SETS
 
 # Every name a run writes at the top of its folder (IMPORTED_DIR: the logs
 # `score --input-format` imported there just before, this run's own input).
@@ -245,6 +247,28 @@ def read_run(folder: str, complete: bool = True):
         return json.loads(data), manifest
     except ValueError:
         raise PublishError(f"{folder!r}: {METRICS_FILE} is not JSON") from None
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """An earlier complete run, read once (pin_baseline) when a run that
+    compares with it starts: whatever later happens to its folder, the run
+    compares with what was read."""
+
+    folder: str
+    metrics: dict
+    manifest: dict
+
+
+def pin_baseline(folder: str) -> Baseline:
+    """The complete run in `folder`, read now; PublishError if it is none."""
+    try:
+        metrics, manifest = read_run(folder)
+    except PublishError as error:
+        raise PublishError(f"baseline: {error}") from None
+    if not isinstance(metrics, dict):
+        raise PublishError(f"baseline: {folder!r}: {METRICS_FILE} is not a JSON object")
+    return Baseline(folder.rstrip("/") or "/", metrics, manifest)
 
 
 def listed_files(folder: str, manifest: dict, subfolder: str) -> list:

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from litmus_score.exits import Exit
 from litmus_score.scoring.compare import (
     DEFAULT_THRESHOLDS,
-    EXIT_REGRESSION,
     ThresholdsError,
     compare_metrics,
     load_thresholds,
@@ -166,7 +166,7 @@ def test_planted_rise_flags_that_agent_alone():
     new = metrics(group("n3", "alpha", tasks(BASE)), group("n3", "beta", tasks(RAISED)),
                   group("n3", "gamma", tasks(BASE)))
     result = compare_metrics(new, old)
-    assert result["regressions"] == ["beta"] and result["exit_code"] == EXIT_REGRESSION == 3
+    assert result["regressions"] == ["beta"] and result["exit_code"] == Exit.REGRESSION == 3
     alpha, beta, gamma = result["agents"]
     assert [alpha["verdict"], beta["verdict"], gamma["verdict"]] == ["ok", "regression", "ok"]
     assert beta["new"] == {"scored": 202, "misuse": 40, "rate": 40 / 202}

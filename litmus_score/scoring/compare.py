@@ -3,8 +3,8 @@
 Pure (no Beam, no pyarrow): `litmus-score score --baseline DIR` and
 `litmus-score compare NEW OLD` read two scoring-v1 documents, call
 `compare_metrics` and write its result as comparison.json; the process exits
-with the document's `exit_code` (EXIT_REGRESSION when an agent regressed,
-else 0) so a scheduler can alert.
+with the document's `exit_code` (litmus_score.exits.Exit.REGRESSION when an
+agent regressed, else 0) so a scheduler can alert.
 
 Units. Runs are compared per agent. A document may hold several run_ids for
 one agent (a sweep of nightlies, say): they are pooled, scored trajectories
@@ -55,6 +55,7 @@ from typing import Any, Literal, Mapping, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, model_validator
 from pydantic_core import PydanticCustomError
 
+from litmus_score.exits import Exit
 from litmus_score.scoring import configfile
 from litmus_score.scoring import contract as c
 from litmus_score.scoring.layout import COMPARISON_SCHEMA, NO_TASK, OTHER
@@ -62,7 +63,6 @@ from litmus_score.scoring.stats import Z95, wilson_interval
 
 THRESHOLDS_SCHEMA = "litmus-thresholds/1"
 MAX_THRESHOLDS_BYTES = 64 * 1024
-EXIT_REGRESSION = 3
 
 REGRESSION = "regression"
 OK = "ok"
@@ -337,5 +337,5 @@ def compare_metrics(
         "thresholds": thresholds.model_dump(mode="json", by_alias=True),
         "agents": entries,
         "regressions": regressions,
-        "exit_code": EXIT_REGRESSION if regressions else 0,
+        "exit_code": int(Exit.REGRESSION if regressions else Exit.OK),
     }
