@@ -20,8 +20,11 @@ class Exit(enum.IntEnum):
     REGRESSION = 3
     # Done, but some input could not be scored for a reason outside the spec (the manifest names it).
     INCOMPLETE_INPUT = 4
+    # Done, but no regression verdict: the baseline was scored under other rules (spec version, mode or policy).
+    WITHHELD = 5
 
 
 def of_run(lost_input: bool, comparison: int) -> Exit:
-    """A finished run's exit code: lost input wins over the comparison's code (a regression), which wins over OK."""
+    """A finished run's exit code: lost input wins over the comparison's code
+    (a regression, a withheld verdict), which wins over OK."""
     return Exit.INCOMPLETE_INPUT if lost_input else Exit(comparison)

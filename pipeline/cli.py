@@ -64,11 +64,10 @@ def compare(argv) -> Exit:
 
     from apache_beam.io.filesystems import FileSystems
 
-    from litmus_score.scoring.compare import compare_metrics
     from litmus_score.scoring.layout import COMPARISON_FILE, REPORT_FILE
-    from pipeline.job import comparison_lines, finish_run
+    from pipeline.job import compare_with, comparison_lines, finish_run
     from pipeline.options import UsageError, load_thresholds_file
-    from pipeline.publish import Lock, PublishError, read_run
+    from pipeline.publish import Lock, PublishError, pin_baseline, read_run
 
     try:
         thresholds = load_thresholds_file(args.thresholds) if args.thresholds else None
@@ -78,8 +77,8 @@ def compare(argv) -> Exit:
         text.error(error)
         return Exit.USAGE
     try:
-        (new, manifest), (old, _) = read_run(args.new), read_run(args.old)
-        comparison = compare_metrics(new, old, thresholds)
+        (new, manifest), old = read_run(args.new), pin_baseline(args.old)
+        comparison = compare_with(old, new, thresholds)
         finish_run(args.new, new, manifest, comparison)
     except (OSError, ValueError) as error:  # mismatched documents are ValueErrors
         text.error(error)

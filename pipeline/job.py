@@ -74,7 +74,11 @@ def summary(metrics: dict, manifest: dict, output: str) -> str:
 
 
 def comparison_lines(comparison: dict) -> list:
-    """The verdict per agent, for the terminal."""
+    """The verdict per agent, or why it is withheld, for the terminal."""
+    if comparison["withheld"]:
+        return ["since the baseline: no verdict, the runs were scored under different rules "
+                "(docs/nightly.md, comparing like with like):",
+                *(f"  {text.display(line, text.ERROR_CHARS)}" for line in comparison["withheld"])]
     lines = [f"since the baseline ({len(comparison['agents'])} agent(s)):"]
     for agent in comparison["agents"]:
         lines.append(f"  {text.shown(agent['agent'])}: {agent['verdict']}"
@@ -119,10 +123,11 @@ def configure(argv, **values) -> tuple:
     return config, publish.pin_baseline(config.baseline) if config.baseline else None
 
 
-def _compare(config: RunConfig, metrics: dict, baseline: publish.Baseline) -> dict:
+def compare_with(baseline: publish.Baseline, metrics: dict, thresholds=None) -> dict:
+    """comparison.json: `metrics` against the pinned baseline, which it names."""
     from litmus_score.scoring.compare import compare_metrics
 
-    return compare_metrics(metrics, baseline.metrics, config.thresholds)
+    return {**compare_metrics(metrics, baseline.metrics, thresholds), "baseline": baseline.identity()}
 
 
 def run(config: RunConfig, baseline: Optional[publish.Baseline] = None, night: Optional[dict] = None) -> Exit:
@@ -132,10 +137,6 @@ def run(config: RunConfig, baseline: Optional[publish.Baseline] = None, night: O
     anything else (publish.pin_baseline); `night` ({date, inputs}, from
     `nightly`) goes into the manifest and lets the run replace that night's
     own earlier attempt."""
-    if baseline is not None and baseline.metrics.get("adjudication") != config.mode:
-        text.error(f"baseline {baseline.folder!r} was scored with adjudication "
-                   f"{baseline.metrics.get('adjudication')!r}, this run with {config.mode!r}")
-        return Exit.USAGE
     pipeline = beam.Pipeline(options=config.beam)
     try:
         # Globs are matched here, once, before any work is launched or the output is touched.
@@ -151,7 +152,7 @@ def run(config: RunConfig, baseline: Optional[publish.Baseline] = None, night: O
             text.error(f"the pipeline ended in state {state}")
             return Exit.FAILED
         metrics, manifest = publish.read_run(config.output, complete=False)
-        comparison = _compare(config, metrics, baseline) if baseline is not None else None
+        comparison = compare_with(baseline, metrics, config.thresholds) if baseline is not None else None
         manifest = finish_run(config.output, metrics, manifest, comparison)
     except publish.PublishError as error:  # the run's own files changed under it
         text.error(error)

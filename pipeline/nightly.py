@@ -3,7 +3,8 @@
     litmus-score nightly --date 2026-12-01 --input 'runs/{date}/*.parquet' --output-root scores/ [score's flags]
 
 scores into OUTPUT_ROOT/date=2026-12-01/ with, as the baseline, the latest
-earlier night under the root that is complete and scored in the same mode.
+earlier night under the root that is complete (read when the night starts;
+scored under other rules, it gets a withheld verdict, not a skipped one).
 Re-running a night replaces that night's own earlier attempt, complete or
 not (the manifest records the night and its inputs); the folder of another
 night is never written over, and one scored from other inputs only with
@@ -57,9 +58,10 @@ def night_date(value: str) -> str:
     raise UsageError(f"--date must be a date written YYYY-MM-DD, got {value!r}")
 
 
-def find_baseline(root: str, date: str, mode: str) -> Optional[Baseline]:
-    """The latest night before `date` under `root` that is a complete run
-    scored in `mode`, read now (pinned), or None."""
+def find_baseline(root: str, date: str) -> Optional[Baseline]:
+    """The latest night before `date` under `root` that is a complete run,
+    read now (pinned), or None. Its rules need not be tonight's: when they
+    differ the comparison says so and gives no verdict (docs/nightly.md)."""
     earlier = []
     for name in completed_subfolders(root, NIGHT_PREFIX):
         day = name[len(NIGHT_PREFIX):]
@@ -70,11 +72,9 @@ def find_baseline(root: str, date: str, mode: str) -> Optional[Baseline]:
             continue
     for day in sorted(earlier, reverse=True):
         try:
-            baseline = pin_baseline(FileSystems.join(root, NIGHT_PREFIX + day))
-        except PublishError:
-            continue
-        if baseline.metrics.get("adjudication") == mode:
-            return baseline
+            return pin_baseline(FileSystems.join(root, NIGHT_PREFIX + day))
+        except PublishError as error:
+            print(f"litmus-score nightly: {NIGHT_PREFIX}{day} is no baseline: {text.shown(error)}")
     return None
 
 
@@ -96,7 +96,7 @@ def plan(argv):
     inputs = [pattern.replace("{date}", date) for pattern in args.inputs]
     root = folder_name(args.output_root)
     config = validate(beam_options(rest, inputs=inputs, output=FileSystems.join(root, NIGHT_PREFIX + date)))
-    baseline = find_baseline(root, date, config.mode)
+    baseline = find_baseline(root, date)
     if baseline is not None:
         config = dataclasses.replace(config, baseline=baseline.folder)
     return config, {"date": date, "inputs": inputs}, baseline
@@ -115,5 +115,5 @@ def main(argv) -> Exit:
         return Exit.OK
     config, night, baseline = planned
     print(f"litmus-score nightly {night['date']}: baseline "
-          + (text.shown(baseline.folder) if baseline else "none (no earlier complete night in this mode)"))
+          + (text.shown(baseline.folder) if baseline else "none (no earlier complete night)"))
     return job.run(config, baseline, night)

@@ -259,6 +259,12 @@ class Baseline:
     metrics: dict
     manifest: dict
 
+    def identity(self) -> dict:
+        """Which run, and which state of it, was compared with (comparison.json's `baseline`)."""
+        metrics_entry = next(entry for entry in self.manifest["outputs"] if entry["path"] == METRICS_FILE)
+        return {"folder": self.folder, "night": self.manifest.get("night"),
+                "metrics_sha256": metrics_entry["sha256"], "policy_sha256": self.metrics.get("policy_sha256")}
+
 
 def pin_baseline(folder: str) -> Baseline:
     """The complete run in `folder`, read now; PublishError if it is none."""

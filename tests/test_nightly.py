@@ -59,7 +59,7 @@ def test_a_night_is_compared_with_the_latest_earlier_complete_night(runs, tmp_pa
     assert sorted(p.name for p in (night / "scored").iterdir()) == [e["path"][len("scored/"):] for e in listed]
 
 
-def test_incomplete_and_other_mode_nights_are_not_baselines(runs, tmp_path, capsys):
+def test_incomplete_nights_are_not_baselines_and_another_mode_gets_no_verdict(runs, tmp_path, capsys):
     root = tmp_path / "scores"
     assert nightly(runs, root, "2026-11-29") == 0
     assert nightly(runs, root, "2026-11-30") == 0
@@ -71,10 +71,11 @@ def test_incomplete_and_other_mode_nights_are_not_baselines(runs, tmp_path, caps
     assert nightly(runs, root, "2026-11-30") == 0
     assert f"baseline {root / 'date=2026-11-29'}" in capsys.readouterr().out
     assert (root / "date=2026-11-30" / "_SUCCESS").exists()
-    # No earlier night was scored in strict mode.
-    assert nightly(runs, root, "2026-12-01", "--adjudication", "strict") == 0
-    assert "baseline none" in capsys.readouterr().out
-    assert not (root / "date=2026-12-01" / "comparison.json").exists()
+    # Tonight in strict mode: last night is still the baseline, and there is no verdict across modes.
+    assert nightly(runs, root, "2026-12-01", "--adjudication", "strict") == 5
+    assert f"baseline {root / 'date=2026-11-30'}" in capsys.readouterr().out
+    comparison = load_json(root / "date=2026-12-01" / "comparison.json")
+    assert comparison["withheld"] == ["adjudication differs: new 'strict', old 'commit'"]
 
 
 def test_a_crashed_night_is_replaced_by_its_rerun(runs, tmp_path):

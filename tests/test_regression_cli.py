@@ -56,8 +56,10 @@ def test_thresholds_file_changes_the_verdict(runs, tmp_path):
     assert main(["compare", str(runs["worse"]), str(runs["last"]), "--thresholds", str(lenient)]) == 0
 
 
-def test_baseline_of_another_mode_is_refused(runs, tmp_path, capsys):
+def test_runs_of_two_modes_get_no_verdict(runs, tmp_path, capsys):
     code = main(["score", "--input", str(runs["last"].parent / "last" / "*.parquet"), "--output",
                  str(tmp_path / "o"), "--adjudication", "strict", "--baseline", str(runs["last"]), *RUNNER])
-    assert code == 2
-    assert "scored with adjudication 'commit'" in capsys.readouterr().err
+    assert code == 5
+    assert "adjudication differs: new 'strict', old 'commit'" in capsys.readouterr().out
+    assert load_json(tmp_path / "o" / "comparison.json")["withheld"] == [
+        "adjudication differs: new 'strict', old 'commit'"]

@@ -204,6 +204,8 @@ def _comparison(comparison) -> dict | None:
                     "reasons": (a.get("reasons") or [])[:10]} for a in agents],
         "left_out": left,
         "regressions": comparison.get("regressions") or [],
+        # Scored under other rules (spec version, mode, policy): no verdict, and why, both values named.
+        "withheld": (comparison.get("withheld") or [])[:10],
     }
 
 

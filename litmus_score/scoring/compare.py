@@ -4,7 +4,16 @@ Pure (no Beam, no pyarrow): `litmus-score score --baseline DIR` and
 `litmus-score compare NEW OLD` read two scoring-v1 documents, call
 `compare_metrics` and write its result as comparison.json; the process exits
 with the document's `exit_code` (litmus_score.exits.Exit.REGRESSION when an
-agent regressed, else 0) so a scheduler can alert.
+agent regressed, WITHHELD when no verdict can be given, else 0) so a
+scheduler can alert.
+
+Like with like (the spec's "Comparing runs"). Two runs' rates compare only
+when both were scored under the same rules: the same spec version (the
+metrics schema), adjudication mode and policy (equal `policy_sha256`, or
+both none). When any differs the verdict is withheld: no agent is judged,
+and `withheld` names each rule that differs with both values, so neither a
+policy that adds a deny rule (a false rise) nor one that drops it (a real
+rise hidden) passes for a verdict. `rules` records both runs' rules always.
 
 Units. Runs are compared per agent. A document may hold several run_ids for
 one agent (a sweep of nightlies, say): they are pooled, scored trajectories
@@ -206,15 +215,31 @@ def _pool(document: Any, label: str) -> dict:
     return agents
 
 
-def _check_document(document: Any, label: str) -> str:
+# What makes two runs' rates comparable (the spec's "Comparing runs"): the
+# spec version (metrics.json's schema), the adjudication mode, the policy.
+RULES = ("schema", "adjudication", "policy_sha256")
+
+
+def _rules(document: Any, label: str) -> dict:
+    """The rules `document` was scored under; ValueError when it is no
+    metrics document or, of this spec version, names no known mode or policy hash."""
     if not isinstance(document, Mapping):
         raise ValueError(f"{label} metrics: expected a JSON object, got {type(document).__name__}")
-    if document.get("schema") != c.METRICS_SCHEMA:
-        raise ValueError(f"{label} metrics: schema {document.get('schema')!r} is not {c.METRICS_SCHEMA!r}")
-    mode = document.get("adjudication")
-    if mode not in c.MODES:
-        raise ValueError(f"{label} metrics: unknown adjudication mode {mode!r}")
-    return mode
+    rules = {name: document.get(name) for name in RULES}
+    if not isinstance(rules["schema"], str):
+        raise ValueError(f"{label} metrics: no schema (expected {c.METRICS_SCHEMA!r})")
+    if rules["schema"] == c.METRICS_SCHEMA:
+        if rules["adjudication"] not in c.MODES:
+            raise ValueError(f"{label} metrics: unknown adjudication mode {rules['adjudication']!r}")
+        if rules["policy_sha256"] is not None and not isinstance(rules["policy_sha256"], str):
+            raise ValueError(f"{label} metrics: policy_sha256 must be a string or null")
+    return rules
+
+
+def changed_rules(new_rules: Mapping, old_rules: Mapping) -> list:
+    """One line per rule the two runs differ in, naming both values; empty when they compare."""
+    return [f"{name} differs: new {new_rules[name]!r}, old {old_rules[name]!r}"
+            for name in RULES if new_rules[name] != old_rules[name]]
 
 
 def _paired(new: _Pooled, old: _Pooled) -> Optional[dict]:
@@ -301,22 +326,31 @@ def _agent_order(agent):
 def compare_metrics(
     new: Mapping, old: Mapping, thresholds: Union[Thresholds, Mapping, None] = None
 ) -> dict:
-    """The comparison.json document for two scoring-v1 metrics documents.
+    """The comparison.json document for two metrics documents.
 
     `thresholds` is a Thresholds, a mapping to validate, or None for
-    DEFAULT_THRESHOLDS. ValueError when either document has an unknown
-    schema or mode, or when their adjudication modes differ.
+    DEFAULT_THRESHOLDS. When the runs were scored under different rules
+    (RULES: spec version, mode, policy) the verdict is withheld: no agent is
+    judged, `withheld` says which rules differ with both values, and
+    `exit_code` is Exit.WITHHELD. ValueError when a document is malformed.
     """
     if thresholds is None:
         thresholds = DEFAULT_THRESHOLDS
     elif not isinstance(thresholds, Thresholds):
         thresholds = parse_thresholds(thresholds)
-    new_mode, old_mode = _check_document(new, "new"), _check_document(old, "old")
-    if new_mode != old_mode:
-        raise ValueError(
-            f"cannot compare runs adjudicated differently: new is {new_mode!r}, old is {old_mode!r}; "
-            "score both in the same mode"
-        )
+    rules = {"new": _rules(new, "new"), "old": _rules(old, "old")}
+    withheld = changed_rules(rules["new"], rules["old"])
+    document = {
+        "schema": COMPARISON_SCHEMA,
+        "adjudication": rules["new"]["adjudication"],
+        "rules": rules,
+        "withheld": withheld,
+        "thresholds": thresholds.model_dump(mode="json", by_alias=True),
+    }
+    if withheld:
+        return {**document, "agents": [], "regressions": [], "exit_code": int(Exit.WITHHELD)}
+    if rules["new"]["schema"] != c.METRICS_SCHEMA:
+        raise ValueError(f"new metrics: schema {rules['new']['schema']!r} is not {c.METRICS_SCHEMA!r}")
     new_agents, old_agents = _pool(new, "new"), _pool(old, "old")
     entries = []
     for agent in sorted(new_agents.keys() | old_agents.keys(), key=_agent_order):
@@ -332,9 +366,7 @@ def compare_metrics(
                         "paired_tasks": None, **entry})
     regressions = [entry["agent"] for entry in entries if entry["verdict"] == REGRESSION]
     return {
-        "schema": COMPARISON_SCHEMA,
-        "adjudication": new_mode,
-        "thresholds": thresholds.model_dump(mode="json", by_alias=True),
+        **document,
         "agents": entries,
         "regressions": regressions,
         "exit_code": int(Exit.REGRESSION if regressions else Exit.OK),
