@@ -22,6 +22,23 @@ class Exit(enum.IntEnum):
     INCOMPLETE_INPUT = 4
     # Done, but no regression verdict: the baseline was scored under other rules (spec version, mode or policy).
     WITHHELD = 5
+    # Interrupted (SIGINT, Ctrl-C) or terminated (SIGTERM): 128 + the signal's number, as shells report it.
+    INTERRUPTED = 130
+    TERMINATED = 143
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the launcher's main thread (as SIGINT raises
+    KeyboardInterrupt) so that the lock is released and nothing half done is published."""
+
+
+def of_stop(stop: BaseException) -> Exit:
+    """The exit code of a launcher stopped by a signal."""
+    return Exit.TERMINATED if isinstance(stop, Terminated) else Exit.INTERRUPTED
+
+
+def stop_name(stop: BaseException) -> str:
+    return "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted (SIGINT)"
 
 
 def of_run(lost_input: bool, comparison: int) -> Exit:

@@ -8,12 +8,17 @@ litmus_score.exits' (docs/commands.md has the table).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
+import os
 import shutil
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from litmus_score.exits import Exit
+from litmus_score.exits import Exit, Terminated, of_stop, stop_name
 from pipeline import text
 
 DEMO_MARKER = ".litmus-demo"
@@ -54,39 +59,44 @@ def nightly(argv) -> Exit:
 
 
 def compare(argv) -> Exit:
-    """Compares a finished run with a baseline run; writes comparison.json and the report."""
+    """Compares two finished runs into a folder of its own: comparison.json,
+    the newer run's report against the older, and a manifest naming both.
+    Neither run is modified."""
     parser = argparse.ArgumentParser(prog="litmus-score compare",
-                                     description="Compare a run with a baseline run (exit 3 on a regression).")
+                                     description="Compare a run with a baseline run (exit 3 on a regression) "
+                                                 "into a new folder.")
     parser.add_argument("new", help="output folder of the newer run")
     parser.add_argument("old", help="output folder of the baseline run")
+    parser.add_argument("--output", required=True, help="folder for the comparison and its report: new or empty")
     parser.add_argument("--thresholds", help="regression thresholds YAML (default: configs/thresholds.yaml's values)")
+    parser.add_argument("--replace", action="store_true", help="replace an earlier comparison in --output")
     args = parser.parse_args(argv)
 
-    from apache_beam.io.filesystems import FileSystems
+    from pipeline import job, publish
+    from pipeline.options import UsageError, folder_name, load_thresholds_file, refuse_nested
 
-    from litmus_score.scoring.layout import COMPARISON_FILE, REPORT_FILE
-    from pipeline.job import compare_with, comparison_lines, finish_run
-    from pipeline.options import UsageError, load_thresholds_file
-    from pipeline.publish import Lock, PublishError, pin_baseline, read_run
-
+    output = folder_name(args.output)
     try:
         thresholds = load_thresholds_file(args.thresholds) if args.thresholds else None
-        read_run(args.new)  # a clear refusal before the lock is taken
-        lock = Lock.acquire(args.new)
-    except (UsageError, PublishError, OSError) as error:
+        for role, folder in (("new run", args.new), ("baseline", args.old)):
+            refuse_nested(output, folder, role)
+        new, old = publish.pin_run(args.new, "new run"), publish.pin_run(args.old)
+        comparison = job.compare_with(old, new.metrics, thresholds)
+        lock = publish.claim(output, args.replace, kind=publish.COMPARISON)
+    except (UsageError, ValueError) as error:  # PublishError, a malformed metrics document
         text.error(error)
         return Exit.USAGE
     try:
-        (new, manifest), old = read_run(args.new), pin_baseline(args.old)
-        comparison = compare_with(old, new, thresholds)
-        finish_run(args.new, new, manifest, comparison)
-    except (OSError, ValueError) as error:  # mismatched documents are ValueErrors
-        text.error(error)
-        return Exit.USAGE
+        with job.publishing(output):
+            documents = job.report_documents(new.folder, new.metrics, new.manifest, comparison)
+            publish.publish(output, job.comparison_manifest(new, old), documents)
+    except job.Failed as failed:
+        text.error(f"{failed}; the comparison was not published")
+        return Exit.FAILED
     finally:
         lock.release()
-    print("\n".join(comparison_lines(comparison)))
-    print(f"wrote {FileSystems.join(args.new, COMPARISON_FILE)} and {FileSystems.join(args.new, REPORT_FILE)}")
+    print("\n".join(job.comparison_lines(comparison)))
+    print(f"wrote {output}/ (comparison.json, report.html, manifest.json)")
     return Exit(comparison["exit_code"])
 
 
@@ -130,6 +140,9 @@ def generate(argv) -> Exit:
     except (ValueError, FileExistsError) as error:
         text.error(error)
         return Exit.USAGE
+    except OSError as error:  # a read-only or full disk
+        text.error(f"cannot write {args.output}: {error.strerror}")
+        return Exit.FAILED
     print(f"wrote {len(paths)} shard(s) to {args.output}")
     return Exit.OK
 
@@ -201,17 +214,68 @@ COMMANDS = {
 }
 
 
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def _signals_as_exceptions():
+    """SIGTERM raises Terminated in the main thread while a command runs, as
+    SIGINT raises KeyboardInterrupt: the command releases its lock and says
+    what it stopped."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _log_escaped() -> None:
+    """Log records (Beam's, and the stages' warnings naming shard files) reach
+    stderr through the printable-text path, in the format of Python's default
+    handler (which importing Beam may already have installed)."""
+    root = logging.getLogger()
+    terminal = [handler for handler in root.handlers
+                if type(handler) is logging.StreamHandler and handler.stream is sys.stderr]
+    if not root.handlers:
+        terminal = [logging.StreamHandler()]
+        root.addHandler(terminal[0])
+    for handler in terminal:
+        handler.setFormatter(text.EscapingFormatter(logging.BASIC_FORMAT))
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in COMMANDS:
-        return int(COMMANDS[argv[0]].run(argv[1:]))
-    parser = argparse.ArgumentParser(prog="litmus-score", description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    for name, command in COMMANDS.items():
-        commands.add_parser(name, help=command.help, add_help=False)
-    args, rest = parser.parse_known_args(argv)  # --help, or no command: argparse's message and exit
-    return int(COMMANDS[args.command].run(rest))
+    _log_escaped()
+    with _signals_as_exceptions():
+        try:
+            if argv and argv[0] in COMMANDS:
+                return int(COMMANDS[argv[0]].run(argv[1:]))
+            parser = argparse.ArgumentParser(prog="litmus-score", description=__doc__.split("\n")[0])
+            commands = parser.add_subparsers(dest="command", required=True)
+            for name, command in COMMANDS.items():
+                commands.add_parser(name, help=command.help, add_help=False)
+            args, rest = parser.parse_known_args(argv)  # --help, or no command: argparse's message and exit
+            return int(COMMANDS[args.command].run(rest))
+        except (KeyboardInterrupt, Terminated) as stop:
+            text.error(stop_name(stop))
+            return int(of_stop(stop))
+
+
+def entry_point() -> None:
+    """`litmus-score` and `python -m pipeline`: main(), and after a signal an
+    immediate exit, so that the stopped pipeline's worker threads cannot keep
+    the process alive."""
+    code = main()
+    if code in (Exit.INTERRUPTED, Exit.TERMINATED):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry_point()

@@ -13,14 +13,20 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Optional
 
 from litmus_score.exits import Exit
-from litmus_score.importers.pipeline import FORMATS, MANIFEST_FILE, TRAJECTORIES_DIR
+from litmus_score.importers.pipeline import FORMATS, MANIFEST_FILE, TRAJECTORIES_DIR, UNMAPPED_DIR
+from litmus_score.scoring.layout import LOCK_FILE
 from pipeline import text
 from pipeline.options import UsageError, folder_name
+from pipeline.publish import FolderKind
 
 if TYPE_CHECKING:
     from apache_beam.options.pipeline_options import PipelineOptions
 
 DEFAULT_PRINCIPAL = "agent"
+# What an import writes into its folder; it finished when its manifest exists.
+IMPORT = FolderKind("import", frozenset({MANIFEST_FILE, TRAJECTORIES_DIR, UNMAPPED_DIR, LOCK_FILE}), MANIFEST_FILE)
+# Exit codes of a scored run that 4 (a log not imported) takes precedence over.
+VERDICTS = (Exit.OK, Exit.REGRESSION, Exit.WITHHELD)
 _EXTRAS = {"inspect": "inspect", "agentdojo": "agentdojo", "otel": "otel"}
 
 
@@ -48,17 +54,6 @@ def _add_import_flags(parser) -> None:
                              "the manifest counts which calls took it")
 
 
-def _holds_files(folder: str) -> bool:
-    from apache_beam.io.filesystems import FileSystems
-
-    return FileSystems.exists(folder) and bool(FileSystems.match([FileSystems.join(folder, "*")])[0].metadata_list)
-
-
-def _refuse_filled(output: str) -> None:
-    if _holds_files(output):
-        raise UsageError(f"output folder {output!r} is not empty; choose a new one")
-
-
 def summary(manifest: dict, output: str) -> str:
     totals = manifest["totals"]
     lines = [f"litmus-score import {manifest['format']}: {totals['files']} file(s), {totals['units']} "
@@ -75,10 +70,10 @@ def summary(manifest: dict, output: str) -> str:
     return "\n".join(lines)
 
 
-def run_import(config: ImportConfig) -> tuple:
-    """Runs the import job; (exit code, manifest or None)."""
+def build_import(config: ImportConfig):
+    """The import job's pipeline, its logs matched; UsageError when the
+    format's library is missing or no log file matches."""
     import apache_beam as beam
-    from apache_beam.io.filesystems import FileSystems
 
     from litmus_score.importers import pipeline as p
     from pipeline.job import package_version
@@ -86,14 +81,12 @@ def run_import(config: ImportConfig) -> tuple:
     module = p.importer(config.log_format)
     library = _version(module.LIBRARY)
     if library is None:
-        text.error(f"importing {config.log_format} logs needs {module.LIBRARY}: "
-                   f"pip install 'litmus-score[{_EXTRAS[config.log_format]}]'")
-        return Exit.USAGE, None
+        raise UsageError(f"importing {config.log_format} logs needs {module.LIBRARY}: "
+                         f"pip install 'litmus-score[{_EXTRAS[config.log_format]}]'")
     try:
         logs_transform = p.ImportLogs(config.log_format, config.logs, config.principal)
     except ValueError as error:  # NoMatchingLogs, an empty principal
-        text.error(error)
-        return Exit.USAGE, None
+        raise UsageError(str(error)) from None
     header = {
         "schema": "litmus-import-manifest/1",
         "format": config.log_format,
@@ -109,12 +102,19 @@ def run_import(config: ImportConfig) -> tuple:
     pipeline = beam.Pipeline(options=config.beam)
     imported = pipeline | "Import logs" >> logs_transform
     imported | "Write import" >> p.WriteImport(config.output, header, logs_transform.schema)
-    state = pipeline.run().wait_until_finish()
-    if state != beam.runners.runner.PipelineState.DONE:
-        text.error(f"the import pipeline ended in state {state}")
-        return Exit.FAILED, None
-    with FileSystems.open(FileSystems.join(config.output, MANIFEST_FILE)) as handle:
-        manifest = json.loads(handle.read().decode("utf-8"))
+    return pipeline
+
+
+def run_import(config: ImportConfig, pipeline) -> tuple:
+    """Runs the import job into its claimed folder; (exit code, manifest). Failed if it did not finish."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from pipeline import job
+
+    job.execute(pipeline)
+    with job.publishing(config.output):
+        with FileSystems.open(FileSystems.join(config.output, MANIFEST_FILE)) as handle:
+            manifest = json.loads(handle.read().decode("utf-8"))
     print(summary(manifest, config.output))
     return (Exit.INCOMPLETE_INPUT if manifest["failed_files"] else Exit.OK), manifest
 
@@ -125,34 +125,44 @@ class _Parser(argparse.ArgumentParser):
 
 
 def import_command(argv) -> Exit:
+    from pipeline import job, publish
     from pipeline.flags import beam_options
 
     parser = argparse.ArgumentParser(prog="litmus-score import",
                                      description="Import agent logs into trajectory shards; other flags go to Beam.")
     parser.add_argument("format", choices=FORMATS)
     parser.add_argument("logs", nargs="+", help="log files, folders or globs (local, gs://, ...)")
-    parser.add_argument("--output", required=True, help="folder for the shards; must be new or empty")
+    parser.add_argument("--output", required=True, help="folder for the shards: new or empty (or see --replace)")
+    parser.add_argument("--replace", action="store_true",
+                        help="replace an earlier import in --output, finished or not")
     _add_import_flags(parser)
     args, beam_args = parser.parse_known_args(argv)
     try:
         config = ImportConfig(args.format, tuple(args.logs), folder_name(args.output), args.principal,
                               beam_options(beam_args))
-        _refuse_filled(config.output)
-    except UsageError as error:
+        pipeline = build_import(config)
+        lock = publish.claim(config.output, args.replace, kind=IMPORT)
+    except (UsageError, publish.PublishError) as error:
         text.error(error)
         return Exit.USAGE
-    return run_import(config)[0]
+    try:
+        return run_import(config, pipeline)[0]
+    except job.Failed as failed:
+        text.error(f"{failed}; {config.output} was not imported")
+        return Exit.FAILED
+    finally:
+        lock.release()
 
 
 def import_and_score(argv) -> Exit:
     """`score --input-format FORMAT --input LOGS ...`: imports into
     OUTPUT/imported/, then scores those shards into OUTPUT with the rest of
-    the flags."""
+    the flags, holding OUTPUT's lock throughout (with --replace, an earlier
+    attempt is replaced whole, its imported/ too)."""
     from apache_beam.io.filesystems import FileSystems
 
     from litmus_score.scoring.layout import IMPORTED_DIR
-    from pipeline import job
-    from pipeline.publish import PublishError
+    from pipeline import job, publish
 
     parser = _Parser(prog="litmus-score score", add_help=False)
     parser.add_argument("--input-format", choices=FORMATS, required=True)
@@ -165,15 +175,20 @@ def import_and_score(argv) -> Exit:
         imported = FileSystems.join(output, IMPORTED_DIR)
         config, baseline = job.configure(rest, inputs=[FileSystems.join(imported, TRAJECTORIES_DIR, "*.parquet")],
                                          output=output)
-        _refuse_filled(output)
-    except (UsageError, PublishError) as error:
+        import_config = ImportConfig(args.input_format, tuple(args.inputs), imported, args.principal, config.beam)
+        pipeline = build_import(import_config)
+        lock = publish.claim(output, config.replace)
+    except (UsageError, publish.PublishError) as error:
         text.error(error)
         return Exit.USAGE
-    code, manifest = run_import(ImportConfig(args.input_format, tuple(args.inputs), imported, args.principal,
-                                             config.beam))
-    if manifest is None:
-        return code
-    print()
-    scored = job.run(config, baseline)
-    # A file that could not be imported is input that was not scored: 4 wins over 0 and 3.
-    return Exit.INCOMPLETE_INPUT if code == Exit.INCOMPLETE_INPUT and scored in (Exit.OK, Exit.REGRESSION) else scored
+    try:
+        code, _ = run_import(import_config, pipeline)
+        print()
+        scored = job.run(config, baseline, claimed=lock)
+    except job.Failed as failed:
+        text.error(f"{failed}; {output} was not published")
+        return Exit.FAILED
+    finally:
+        lock.release()
+    # A file that could not be imported is input that was not scored: 4 wins over 0, 3 and 5.
+    return Exit.INCOMPLETE_INPUT if code == Exit.INCOMPLETE_INPUT and scored in VERDICTS else scored

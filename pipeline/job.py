@@ -15,13 +15,17 @@ from importlib import metadata
 from typing import Optional
 
 import apache_beam as beam
+from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
-from litmus_score.exits import Exit, of_run
-from litmus_score.scoring.layout import COMPARISON_FILE, EVIDENCE_FILE, MANIFEST_SCHEMA, REPORT_FILE
+from litmus_score.exits import Exit, Terminated, of_run, of_stop, stop_name
+from litmus_score.scoring.layout import (
+    COMPARISON_FILE, COMPARISON_MANIFEST_SCHEMA, EVIDENCE_FILE, MANIFEST_SCHEMA, REPORT_FILE,
+)
 from pipeline import graph, publish, text
 from pipeline.flags import beam_options
 from pipeline.options import RunConfig, validate
+from pipeline.processes import workers_die_with_launcher
 from pipeline.progress import ProgressLine, runs_in_process
 from transforms.files import to_json
 from transforms.read import NoMatchingShards
@@ -86,9 +90,8 @@ def comparison_lines(comparison: dict) -> list:
     return lines
 
 
-def finish_run(output: str, metrics: dict, manifest: dict, comparison=None) -> dict:
-    """Completes a run: comparison.json (if any) and report.html, then the
-    manifest listing them and _SUCCESS (pipeline.publish). Returns the manifest."""
+def report_documents(folder: str, metrics: dict, manifest: dict, comparison=None) -> dict:
+    """report.html of the run in `folder` (and comparison.json, if any): name -> text."""
     from litmus_score.report.page import render_report
 
     documents = {}
@@ -96,10 +99,10 @@ def finish_run(output: str, metrics: dict, manifest: dict, comparison=None) -> d
         documents[COMPARISON_FILE] = to_json(comparison)
     evidence = None
     if any(entry["path"] == EVIDENCE_FILE for entry in manifest["outputs"]):
-        with FileSystems.open(FileSystems.join(output, EVIDENCE_FILE)) as handle:
+        with FileSystems.open(FileSystems.join(folder, EVIDENCE_FILE)) as handle:
             evidence = json.loads(handle.read().decode("utf-8"))
     documents[REPORT_FILE] = render_report(metrics, manifest, comparison, evidence)
-    return publish.publish(output, manifest, documents)
+    return documents
 
 
 def manifest_header(config: RunConfig, night: Optional[dict]) -> dict:
@@ -120,45 +123,104 @@ def configure(argv, **values) -> tuple:
     and the values a command sets itself (pipeline.flags.beam_options);
     UsageError or PublishError (a baseline that is no complete run)."""
     config = validate(beam_options(argv, **values))
-    return config, publish.pin_baseline(config.baseline) if config.baseline else None
+    return config, publish.pin_run(config.baseline) if config.baseline else None
 
 
-def compare_with(baseline: publish.Baseline, metrics: dict, thresholds=None) -> dict:
+def compare_with(baseline: publish.Run, metrics: dict, thresholds=None) -> dict:
     """comparison.json: `metrics` against the pinned baseline, which it names."""
     from litmus_score.scoring.compare import compare_metrics
 
     return {**compare_metrics(metrics, baseline.metrics, thresholds), "baseline": baseline.identity()}
 
 
-def run(config: RunConfig, baseline: Optional[publish.Baseline] = None, night: Optional[dict] = None) -> Exit:
+def comparison_manifest(new: publish.Run, old: publish.Run) -> dict:
+    """The manifest of `compare`'s folder: which state of which two runs it compared."""
+    return {"schema": COMPARISON_MANIFEST_SCHEMA,
+            "package": {"name": "litmus-score", "version": package_version(), "apache_beam": beam.__version__},
+            "new": new.identity(), "baseline": old.identity(), "outputs": []}
+
+
+def one_line(error: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message
+    (a worker's error reaches the launcher with the worker's traceback appended)."""
+    first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
+
+
+class Failed(Exception):
+    """A step of a job failed; the message is the one line the user sees."""
+
+
+def execute(pipeline: beam.Pipeline, shards: Optional[int] = None) -> None:
+    """Runs `pipeline` to its end (with the progress line for `shards`, where
+    it can be drawn); Failed, in one line, if it did not succeed."""
+    progress = shards is not None and runs_in_process(pipeline.options)
+    try:
+        with ProgressLine(shards) if progress else contextlib.nullcontext(), \
+                workers_die_with_launcher(pipeline.options):
+            state = pipeline.run().wait_until_finish()
+    except Exception as error:  # whatever a worker raised, as the runner re-raises it
+        raise Failed(f"the pipeline failed: {one_line(error)}") from None
+    if state != beam.runners.runner.PipelineState.DONE:
+        raise Failed(f"the pipeline ended in state {state}")
+
+
+@contextlib.contextmanager
+def publishing(folder: str):
+    """What stops the last writes into `folder` (a full disk, a folder made
+    read-only, the run's own files changed under it), as Failed."""
+    try:
+        yield
+    except publish.PublishError as error:
+        raise Failed(f"cannot publish {folder}: {error}") from None
+    except (OSError, BeamIOError) as error:
+        raise Failed(f"cannot publish {folder}: {getattr(error, 'strerror', None) or one_line(error)}") from None
+
+
+def _complete(config: RunConfig, baseline: Optional[publish.Run]) -> tuple:
+    """(metrics, manifest, comparison) once the run is published."""
+    with publishing(config.output):
+        metrics, manifest = publish.read_run(config.output, complete=False)
+        comparison = compare_with(baseline, metrics, config.thresholds) if baseline is not None else None
+        documents = report_documents(config.output, metrics, manifest, comparison)
+        return metrics, publish.publish(config.output, manifest, documents), comparison
+
+
+def run(config: RunConfig, baseline: Optional[publish.Run] = None, night: Optional[dict] = None,
+        claimed: Optional[publish.Lock] = None) -> Exit:
     """Scores, publishes and summarizes one run; returns its exit code.
 
     `baseline` is the run config.baseline names, read by the caller before
-    anything else (publish.pin_baseline); `night` ({date, inputs}, from
+    anything else (publish.pin_run); `night` ({date, inputs}, from
     `nightly`) goes into the manifest and lets the run replace that night's
-    own earlier attempt."""
-    pipeline = beam.Pipeline(options=config.beam)
+    own earlier attempt; `claimed` is the output folder's lock when the
+    caller claimed it (and releases it) itself. Whatever stops the run
+    (a failure, SIGINT, SIGTERM) is one line on stderr: the lock is released
+    and the run is not published."""
+    try:
+        pipeline = beam.Pipeline(options=config.beam)
+    except ValueError as error:  # --runner names no runner
+        text.error(error)
+        return Exit.USAGE
     try:
         # Globs are matched here, once, before any work is launched or the output is touched.
         shard_count = graph.build(pipeline, config, manifest_header(config, night))
-        lock = publish.claim(config.output, config.replace, night)
+        lock = claimed or publish.claim(config.output, config.replace, night)
     except (NoMatchingShards, publish.PublishError) as error:
         text.error(error)
         return Exit.USAGE
     try:
-        with ProgressLine(shard_count) if runs_in_process(config.beam) else contextlib.nullcontext():
-            state = pipeline.run().wait_until_finish()
-        if state != beam.runners.runner.PipelineState.DONE:
-            text.error(f"the pipeline ended in state {state}")
-            return Exit.FAILED
-        metrics, manifest = publish.read_run(config.output, complete=False)
-        comparison = compare_with(baseline, metrics, config.thresholds) if baseline is not None else None
-        manifest = finish_run(config.output, metrics, manifest, comparison)
-    except publish.PublishError as error:  # the run's own files changed under it
-        text.error(error)
-        return Exit.USAGE
+        execute(pipeline, shard_count)
+        metrics, manifest, comparison = _complete(config, baseline)
+    except Failed as failed:
+        text.error(f"{failed}; {config.output} was not published")
+        return Exit.FAILED
+    except (KeyboardInterrupt, Terminated) as stop:
+        text.error(f"{stop_name(stop)}: {config.output} was not published")
+        return of_stop(stop)
     finally:
-        lock.release()
+        if claimed is None:
+            lock.release()
     print(summary(metrics, manifest, config.output))
     if comparison is not None:
         print("\n".join(["", *comparison_lines(comparison)]))

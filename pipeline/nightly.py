@@ -23,7 +23,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline import text
 from pipeline.flags import beam_options, check_flags
 from pipeline.options import UsageError, folder_name, validate
-from pipeline.publish import Baseline, PublishError, completed_subfolders, pin_baseline
+from pipeline.publish import PublishError, Run, completed_subfolders, pin_run
 from litmus_score.exits import Exit
 from litmus_score.scoring.layout import NIGHT_PREFIX
 
@@ -58,7 +58,7 @@ def night_date(value: str) -> str:
     raise UsageError(f"--date must be a date written YYYY-MM-DD, got {value!r}")
 
 
-def find_baseline(root: str, date: str) -> Optional[Baseline]:
+def find_baseline(root: str, date: str) -> Optional[Run]:
     """The latest night before `date` under `root` that is a complete run,
     read now (pinned), or None. Its rules need not be tonight's: when they
     differ the comparison says so and gives no verdict (docs/nightly.md)."""
@@ -72,7 +72,7 @@ def find_baseline(root: str, date: str) -> Optional[Baseline]:
             continue
     for day in sorted(earlier, reverse=True):
         try:
-            return pin_baseline(FileSystems.join(root, NIGHT_PREFIX + day))
+            return pin_run(FileSystems.join(root, NIGHT_PREFIX + day))
         except PublishError as error:
             print(f"litmus-score nightly: {NIGHT_PREFIX}{day} is no baseline: {text.shown(error)}")
     return None

@@ -175,6 +175,22 @@ def folder_name(path: str) -> str:
     return path.rstrip("/") or "/"
 
 
+def _resolved(folder: str) -> str:
+    if "://" in folder:  # an object store: names are what they say
+        return folder.rstrip("/")
+    return os.path.realpath(folder)
+
+
+def refuse_nested(output: str, other: str, role: str) -> None:
+    """UsageError when `output` is the folder `other` (a run read as `role`),
+    or holds it, or is inside it: writing the output would touch that run."""
+    mine, theirs = _resolved(output), _resolved(other)
+    if mine == theirs or mine.startswith(theirs + "/") or theirs.startswith(mine + "/"):
+        relation = "is" if mine == theirs else "is inside" if mine.startswith(theirs + "/") else "holds"
+        raise UsageError(f"--output {output!r} {relation} the {role} {other!r}: a run never writes into "
+                         "a run it reads; choose another --output")
+
+
 def validate(options: PipelineOptions) -> RunConfig:
     """The checked configuration, or a UsageError naming what is wrong."""
     score = options.view_as(ScoreOptions)
@@ -194,8 +210,11 @@ def validate(options: PipelineOptions) -> RunConfig:
         bounds = Bounds(score.max_calls_per_trajectory, score.max_text_bytes, score.max_json_depth)
     except ValueError as error:
         raise UsageError(f"--{error}") from None
+    output = folder_name(score.output)
+    if score.baseline:
+        refuse_nested(output, score.baseline, "baseline")
     return RunConfig(
-        inputs=tuple(score.inputs), output=folder_name(score.output), mode=mode, beam=options,
+        inputs=tuple(score.inputs), output=output, mode=mode, beam=options,
         batch_rows=score.batch_rows, policy_file=score.policy,
         policy=load_policy_file(score.policy) if score.policy else None,
         baseline=folder_name(score.baseline) if score.baseline else None,

@@ -1,6 +1,7 @@
 """Text that comes from trajectories, made safe to show to a person, and the
 one path by which litmus-score's messages reach stderr."""
 
+import logging
 import sys
 
 # Names printed in the terminal summary are cut here.
@@ -25,3 +26,19 @@ def shown(value) -> str:
 def error(message) -> None:
     """Prints `litmus-score: MESSAGE` to stderr as one escaped line."""
     print(f"litmus-score: {display(message, ERROR_CHARS)}", file=sys.stderr)
+
+
+class EscapingFormatter(logging.Formatter):
+    """A log formatter for the terminal: each line of a record escaped as
+    display() escapes (a shard named with terminal escape sequences reaches
+    stderr inert, whichever library logged it), and no traceback: an
+    exception that stops a command is reported in one line by the command."""
+
+    def formatException(self, ei) -> str:
+        return ""
+
+    def formatStack(self, stack_info) -> str:
+        return ""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return "\n".join(display(line, ERROR_CHARS) for line in super().format(record).rstrip("\n").split("\n"))
