@@ -97,11 +97,16 @@ class ScoreTrajectories(beam.PTransform):
         }
 
 
-def build(pipeline: beam.Pipeline, config, manifest_header: dict) -> int:
+def build(pipeline: beam.Pipeline, config, manifest_header: dict, finish=None) -> int:
     """Adds the whole job (score, then write everything) to `pipeline` for a
-    pipeline.options.RunConfig; returns how many shards it reads."""
+    pipeline.options.RunConfig; returns how many shards it reads. `finish`,
+    a picklable callable, runs once as the job's last step, after
+    metrics.json and the manifest are written (pipeline.job.PublishStep:
+    the job publishes itself)."""
     score = ScoreTrajectories(config.inputs, config.mode, config.batch_rows, config.policy,
                               config.bounds, config.max_slice_keys)
     outputs = pipeline | "Score trajectories" >> score
-    outputs | "Write outputs" >> WriteOutputs(config.output, manifest_header)
+    written = outputs | "Write outputs" >> WriteOutputs(config.output, manifest_header)
+    if finish is not None:
+        written | "Publish the run" >> beam.Map(finish)
     return len(score.shards)

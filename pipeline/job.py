@@ -20,7 +20,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from litmus_score.exits import Exit, Terminated, of_run, of_stop, stop_name
 from litmus_score.scoring.layout import (
-    COMPARISON_FILE, COMPARISON_MANIFEST_SCHEMA, EVIDENCE_FILE, MANIFEST_SCHEMA, REPORT_FILE,
+    COMPARISON_FILE, COMPARISON_MANIFEST_SCHEMA, EVIDENCE_FILE, LOCK_FILE, MANIFEST_SCHEMA, REPORT_FILE,
 )
 from pipeline import graph, publish, text
 from pipeline.flags import beam_options
@@ -177,13 +177,29 @@ def publishing(folder: str):
         raise Failed(f"cannot publish {folder}: {getattr(error, 'strerror', None) or one_line(error)}") from None
 
 
-def _complete(config: RunConfig, baseline: Optional[publish.Run]) -> tuple:
-    """(metrics, manifest, comparison) once the run is published."""
-    with publishing(config.output):
-        metrics, manifest = publish.read_run(config.output, complete=False)
-        comparison = compare_with(baseline, metrics, config.thresholds) if baseline is not None else None
-        documents = report_documents(config.output, metrics, manifest, comparison)
-        return metrics, publish.publish(config.output, manifest, documents), comparison
+def complete(output: str, baseline: Optional[publish.Run], thresholds=None) -> tuple:
+    """Publishes the run whose metrics.json and manifest are in `output`:
+    the comparison with the pinned baseline, the report, the manifest
+    listing them, _SUCCESS. (metrics, manifest, comparison)."""
+    with publishing(output):
+        metrics, manifest = publish.read_run(output, complete=False)
+        comparison = compare_with(baseline, metrics, thresholds) if baseline is not None else None
+        documents = report_documents(output, metrics, manifest, comparison)
+        return metrics, publish.publish(output, manifest, documents), comparison
+
+
+class PublishStep:
+    """The job's last step when it publishes itself (submit): what the
+    launcher does after a job it waits for, run on a worker. Retried, it
+    writes the same documents again."""
+
+    def __init__(self, config: RunConfig, baseline: Optional[publish.Run]):
+        self._output, self._thresholds, self._baseline = config.output, config.thresholds, baseline
+        self._lock = publish.Lock(FileSystems.join(config.output, LOCK_FILE))  # the one the launcher claims
+
+    def __call__(self, _) -> None:
+        complete(self._output, self._baseline, self._thresholds)
+        self._lock.release()
 
 
 def run(config: RunConfig, baseline: Optional[publish.Run] = None, night: Optional[dict] = None,
@@ -211,7 +227,7 @@ def run(config: RunConfig, baseline: Optional[publish.Run] = None, night: Option
         return Exit.USAGE
     try:
         execute(pipeline, shard_count)
-        metrics, manifest, comparison = _complete(config, baseline)
+        metrics, manifest, comparison = complete(config.output, baseline, config.thresholds)
     except Failed as failed:
         text.error(f"{failed}; {config.output} was not published")
         return Exit.FAILED
@@ -226,3 +242,27 @@ def run(config: RunConfig, baseline: Optional[publish.Run] = None, night: Option
         print("\n".join(["", *comparison_lines(comparison)]))
     lost = manifest["unreadable_files"] or metrics["totals"]["trajectories"]["unscored_by_reason"].get("pipeline_error")
     return of_run(bool(lost), comparison["exit_code"] if comparison is not None else Exit.OK)
+
+
+def submit(config: RunConfig, baseline: Optional[publish.Run] = None, night: Optional[dict] = None) -> Exit:
+    """Submits the job and returns without waiting for it: the job publishes
+    itself as its last step (PublishStep) and releases the output folder's
+    lock. For a launcher that must not outlive the submission: Dataflow's
+    Flex Template launcher (docs/runners.md). The verdict is the published
+    comparison.json's `exit_code`; what this returns says only whether the
+    job was submitted."""
+    try:
+        pipeline = beam.Pipeline(options=config.beam)
+        graph.build(pipeline, config, manifest_header(config, night), finish=PublishStep(config, baseline))
+        lock = publish.claim(config.output, config.replace, night)
+    except (ValueError, NoMatchingShards) as error:  # an unknown runner, no match, PublishError
+        text.error(error)
+        return Exit.USAGE
+    try:
+        pipeline.run()
+    except Exception as error:  # the submission failed
+        lock.release()
+        text.error(f"the job was not submitted: {one_line(error)}")
+        return Exit.FAILED
+    print(f"litmus-score: submitted; the job publishes {config.output} as its last step")
+    return Exit.OK

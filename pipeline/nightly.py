@@ -43,7 +43,8 @@ def _parser() -> _Parser:
     parser.add_argument("--date", help="the night, YYYY-MM-DD (required)")
     parser.add_argument("--input", dest="inputs", action="append",
                         help="Parquet path or glob; {date} stands for --date; repeat for several (required)")
-    parser.add_argument("--output-root", help="folder of the nights' outputs: local, gs://, ... (required)")
+    parser.add_argument("--output-root", "--output_root", dest="output_root",
+                        help="folder of the nights' outputs: local, gs://, ... (required)")
     parser.add_argument("-h", "--help", action="store_true")
     return parser
 
