@@ -107,4 +107,6 @@ def test_results_answer_calls_by_id_and_an_orphan_result_is_unmapped(logdir):
     mapped, unmapped = map_episode(TaskResults(**document), "v1.2.2", str(path), "agent")
     [call] = mapped.row["calls"]
     assert call["call_id"] == "call-7" and call["commit"]["outcome"] == "rejected"
-    assert [(u.position, u.reason) for u in unmapped] == [("message 2", "tool_result_without_proposal")]
+    assert [(u.position, u.reason, u.call) for u in unmapped] == [("message 2", "tool_result_without_proposal", True)]
+    # The orphan is a call the log shows: counted, so the trajectory is unscored, not scored shorter.
+    assert mapped.row["call_count"] == 2 and unmapped[0].trajectory_id == mapped.row["trajectory_id"]

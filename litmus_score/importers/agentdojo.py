@@ -75,6 +75,7 @@ def _answers(messages, start: int) -> list:
 def map_episode(result, benchmark_version, source: str, principal: str) -> tuple:
     """(Trajectory, [Unmapped]) for one TaskResults."""
     messages = result.messages
+    trajectory_id = f"{result.suite_name}/{result.user_task_id}/{result.attack_type}/{result.injection_task_id}"
     calls, unmapped = [], []
     for index, message in enumerate(messages):
         if message["role"] != "assistant" or not message.get("tool_calls"):
@@ -102,10 +103,10 @@ def map_episode(result, benchmark_version, source: str, principal: str) -> tuple
             ran_call = orphan.get("tool_call")
             unmapped.append(r.Unmapped(f"message {i}", "tool_result_without_proposal",
                                        r.bounded(f"a result of {ran_call.function if ran_call else None!r} "
-                                                 "answers no proposed call")))
+                                                 "answers no proposed call"), call=True, trajectory_id=trajectory_id))
     row = r.trajectory(
         run_id=f"{result.pipeline_name}@{benchmark_version}",
-        trajectory_id=f"{result.suite_name}/{result.user_task_id}/{result.attack_type}/{result.injection_task_id}",
+        trajectory_id=trajectory_id,
         agent=result.pipeline_name,
         task_id=f"{result.user_task_id}/{result.injection_task_id}",
         task_category=result.suite_name,
@@ -113,6 +114,7 @@ def map_episode(result, benchmark_version, source: str, principal: str) -> tuple
         calls=calls,
         source_log=source,
         source_position="episode",
+        lost=r.lost_calls(unmapped),
         utility=result.utility,
         security=result.security,
         user_task_id=result.user_task_id,
@@ -137,7 +139,7 @@ def read_log(local_path: str, source: str, principal: str) -> Iterator:
         document["messages"] = convert_old_messages_format(document["messages"])
     result = TaskResults(**document)
     yield r.FileSummary({"benchmark_version": document.get("benchmark_version"),
-                         "agentdojo_package_version": document.get("agentdojo_package_version")})
+                         "agentdojo_package_version": document.get("agentdojo_package_version")}, units_declared=1)
     mapped, unmapped = map_episode(result, document.get("benchmark_version"), source, principal)
     yield from unmapped
     yield mapped

@@ -107,28 +107,21 @@ class ImportLogFn(beam.DoFn):
         self._schema = r.shard_schema(self._module.EXTRA_FIELDS)
 
     def process(self, path: str):
-        report = {"file": path, "units": 0, "trajectories": 0, "calls": 0, "unmapped": 0,
-                  "unmapped_by_reason": Counter(), "principal_source": {"log": 0, "default": 0}, "facts": {},
-                  "error": None}
+        report = new_report(path)
         rows, misses = [], []
         try:
             with local_copy(path) as local:
                 for item in self._module.read_log(local, path, self._principal):
                     if isinstance(item, r.FileSummary):
                         report["facts"].update(item.facts)
+                        report["units_declared"] = item.units_declared
                     elif isinstance(item, r.Unmapped):
-                        report["units"] += item.unit
-                        report["unmapped"] += 1
-                        report["unmapped_by_reason"][item.reason] += 1
+                        count_unmapped(report, item)
                         misses.append({"file": path, "position": item.position, "reason": item.reason,
-                                       "detail": r.bounded(item.detail), "unit": item.unit})
+                                       "detail": r.bounded(item.detail), "unit": item.unit, "call": item.call,
+                                       "trajectory_id": item.trajectory_id})
                     else:
-                        calls = item.row["call_count"]
-                        report["units"] += 1
-                        report["trajectories"] += 1
-                        report["calls"] += calls
-                        report["principal_source"]["log"] += item.principals_from_log
-                        report["principal_source"]["default"] += calls - item.principals_from_log
+                        count_trajectory(report, item)
                         rows.append(item.row)
                     if len(rows) >= CHUNK_ROWS:
                         yield pa.Table.from_pylist(rows, schema=self._schema)
@@ -149,6 +142,39 @@ class ImportLogFn(beam.DoFn):
         self._unmapped.inc(report["unmapped"])
         report["unmapped_by_reason"] = dict(sorted(report["unmapped_by_reason"].items()))
         yield beam.pvalue.TaggedOutput(REPORTS_TAG, report)
+
+
+def new_report(path: str) -> dict:
+    """A file's report: what it held, what became of it, and its fault.
+
+    units: trajectories plus unmapped units (units_declared: what the file
+    lists, where it does). calls: the calls the trajectories hold;
+    calls_unmapped: the calls the log shows that they lack (each counted in
+    its trajectory's call_count, where it has one). not_imported: the units
+    and calls no trajectory accounts for.
+    """
+    return {"file": path, "units": 0, "units_declared": None, "trajectories": 0, "calls": 0, "calls_unmapped": 0,
+            "unmapped": 0, "unmapped_by_reason": Counter(), "not_imported": {"units": 0, "calls": 0},
+            "principal_source": {context: {r.FROM_LOG: 0, r.FROM_DEFAULT: 0} for context in (r.PROPOSAL, r.COMMIT)},
+            "facts": {}, "error": None}
+
+
+def count_unmapped(report: dict, item: r.Unmapped) -> None:
+    report["units"] += item.unit
+    report["unmapped"] += 1
+    report["unmapped_by_reason"][item.reason] += 1
+    report["calls_unmapped"] += item.call
+    report["not_imported"]["units"] += item.unit
+    report["not_imported"]["calls"] += item.call and item.trajectory_id is None
+
+
+def count_trajectory(report: dict, item: r.Trajectory) -> None:
+    report["units"] += 1
+    report["trajectories"] += 1
+    report["calls"] += len(item.row["calls"])
+    for context, sources in item.principal_sources().items():
+        for source, n in sources.items():
+            report["principal_source"][context][source] += n
 
 
 class ImportLogs(beam.PTransform):
@@ -191,19 +217,27 @@ def manifest_document(reports, header: dict, outputs=()) -> dict:
     by_reason = Counter()
     for report in files:
         by_reason.update(report["unmapped_by_reason"])
-    totals = {key: sum(report[key] for report in files) for key in ("units", "trajectories", "calls", "unmapped")}
-    totals["principal_source"] = {
-        source: sum(report["principal_source"][source] for report in files) for source in ("log", "default")
-    }
+    totals = {key: sum(report[key] for report in files)
+              for key in ("units", "trajectories", "calls", "calls_unmapped", "unmapped")}
+    totals["not_imported"] = {kind: sum(report["not_imported"][kind] for report in files) for kind in ("units", "calls")}
+    # Which calls took their principal from the log, which the default: proposals and commits apart.
+    sources = {context: {source: sum(report["principal_source"][context][source] for report in files)
+                         for source in (r.FROM_LOG, r.FROM_DEFAULT)} for context in (r.PROPOSAL, r.COMMIT)}
     return {
         **header,
-        # Which calls took their principal from the log, which the default.
-        "principal": {**header.get("principal", {}), "source": totals["principal_source"]},
+        "principal": {**header.get("principal", {}), "source": sources},
         "files": files,
         "failed_files": [report["file"] for report in files if report["error"]],
         "totals": {"files": len(files), **totals, "unmapped_by_reason": dict(sorted(by_reason.items()))},
         "outputs": sorted(outputs, key=lambda entry: entry["path"]),
     }
+
+
+def incomplete(manifest: dict) -> bool:
+    """Whether some input was not imported: a file that failed, or a unit or
+    call that no trajectory accounts for (a lost call a trajectory does
+    account for unscores it instead)."""
+    return bool(manifest["failed_files"]) or any(manifest["totals"]["not_imported"].values())
 
 
 _REPORT, _WRITTEN = "report", "written"
