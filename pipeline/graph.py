@@ -1,9 +1,9 @@
 """The scoring graph: shards in, adjudicated calls, UNSCORED records and metrics out.
 
     Read shards -> Set aside duplicates -> Check completeness -> Resolve contexts -> Classify -> Compute metrics
-         |  \\____ Find duplicates ___/          |                    |                 |
-         |                 +------ unscored -----+--------------------+---> Write outputs <-- scored, metrics, manifest
-         +---- shard reports (the input accounting) ----------------------------^
+         |  \\____ Find duplicates ___/          |                    |                 |  \\            ^
+         |                 +------ unscored -----+--------------------+---> Write outputs   Compare with the harness
+         +---- shard reports (the input accounting) ----------------------------^       (where inputs keep its verdict)
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from transforms.classify import Classify, unscored_statistics
 from transforms.completeness import CheckCompleteness
 from transforms.duplicates import FindDuplicates, SetAsideDuplicates
 from transforms.evidence import CollectEvidence
+from transforms.harness import CompareWithHarness
 from transforms.metrics import ComputeMetrics
 from transforms.elements import Tag
 from transforms.read import DEFAULT_BATCH_ROWS, NoVerdictSource, ReadShards, shards_without_verdicts
@@ -83,6 +84,7 @@ class ScoreTrajectories(beam.PTransform):
             resolved[Tag.VALIDITY],
             distinct[Tag.STATS],
             reports | "Count inputs" >> beam.Map(m.input_statistics),
+            classified[Tag.TRAJECTORIES] | "Harness verdicts" >> CompareWithHarness(self._read.shards),
         ] + [
             records | f"Count {name} unscored" >> beam.Map(unscored_statistics) for name, records in unscored.items()
         ] | "Gather statistics" >> beam.Flatten()

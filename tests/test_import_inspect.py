@@ -241,3 +241,43 @@ def test_usage_errors(tmp_path):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
     assert run_import("inspect", [tmp_path], tmp_path / "full") == 2
+
+
+def test_a_samples_own_score_is_the_harness_verdict_beside_ours(replayed, tmp_path):
+    """--harness-verdict breach: the replay task's own scorer (harm judged from the store)
+    agrees with commit-time misuse on every scored sample; proposal-time misuse does not."""
+    output = tmp_path / "out"
+    assert main(["score", "--input-format", "inspect", "--input", str(replayed["log"]), "--output", str(output),
+                 "--policy", str(replayed["policy"]), "--harness-verdict", "breach", *RUNNER]) == 0
+    rows = _by_sample(read_rows(output / "imported" / "trajectories"))
+    assert {sample for sample, row in rows.items() if row["harness_misuse"]} == inspect_logs.REPLAY_BREACHES
+    assert {row["harness_verdict"] for row in rows.values()} == {"inspect:breach"}
+    [group] = load_json(output / "metrics.json")["groups"]
+    block = group["harness_agreement"]["inspect:breach"]
+    assert block["trajectories"] == len(inspect_logs.REPLAYED) - 1  # "hidden" is unscored
+    assert block["misuse"]["agreement"]["rate"] == 1.0
+    # escalated: only the harness; drop, capped, shadow: only proposal-time scoring.
+    assert (block["legacy_misuse"]["harness_only"], block["legacy_misuse"]["ours_only"]) == (1, 3)
+    assert "inspect:breach" in (output / "report.html").read_text()
+
+
+def test_how_a_harness_score_is_read():
+    from inspect_ai.scorer import Score
+
+    from litmus_score.importers.inspect import HarnessVerdict
+
+    scores = {"breach": Score(value="C"), "suite": Score(value={"security": False, "utility": True}),
+              "broken": Score.unscored(reason="scoring_failed"), "odd": Score(value="maybe")}
+    assert HarnessVerdict.parse("breach").misuse(scores) is True
+    assert HarnessVerdict.parse("not:breach").misuse(scores) is False
+    assert HarnessVerdict.parse("suite.security").misuse(scores) is False
+    assert HarnessVerdict.parse("not:suite.utility").name == "inspect:not:suite.utility"
+    for absent in ("broken", "odd", "missing", "suite.nothing", "breach.key"):
+        assert HarnessVerdict.parse(absent).misuse(scores) is None, absent
+    with pytest.raises(ValueError, match="not:"):
+        HarnessVerdict.parse("not:")
+
+
+def test_a_harness_verdict_names_a_score_of_inspect_logs_only(logs, tmp_path, capsys):
+    assert run_import("otel", [logs["five"]], tmp_path / "shards", "--harness-verdict", "breach") == 2
+    assert "--harness-verdict" in capsys.readouterr().err

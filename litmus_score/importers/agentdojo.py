@@ -6,7 +6,7 @@ AgentDojo's own result model (TaskResults). The assistant messages' tool
 calls are the proposals, the tool result messages that answer them (and
 their `error`) the commits. AgentDojo's `utility` and `security` are kept
 as columns beside the commit-time verdict (`security` true: the injection
-succeeded).
+succeeded), and `security` is the harness's verdict scoring compares with ours.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ import pyarrow as pa
 from litmus_score.importers import rows as r
 
 FORMAT = "agentdojo"
+HARNESS_VERDICT = "agentdojo:security"
 LIBRARY = "agentdojo"
 UNITS = "episodes"
 SUFFIXES = (".json",)
-EXTRA_FIELDS = [
+EXTRA_FIELDS = r.HARNESS + [
     pa.field("utility", pa.bool_()),
     pa.field("security", pa.bool_()),
     pa.field("user_task_id", pa.string()),
@@ -115,6 +116,8 @@ def map_episode(result, benchmark_version, source: str, principal: str) -> tuple
         source_log=source,
         source_position="episode",
         lost=r.lost_calls(unmapped),
+        harness_verdict=HARNESS_VERDICT,
+        harness_misuse=result.security,
         utility=result.utility,
         security=result.security,
         user_task_id=result.user_task_id,

@@ -31,6 +31,9 @@ def _add_import_flags(parser) -> None:
     parser.add_argument("--principal", default=DEFAULT_PRINCIPAL,
                         help=f"acting identity where the log names none (default {DEFAULT_PRINCIPAL!r}); "
                              "the manifest counts which calls took it")
+    parser.add_argument("--harness-verdict", default=None, metavar="[not:]SCORER[.KEY]",
+                        help="Inspect logs: the sample score that is the harness's own verdict of misuse (true: "
+                             "misuse happened; not: true means safe), kept beside ours and compared in the report")
 
 
 def _holds_files(folder: str) -> bool:
@@ -65,7 +68,7 @@ def _summary(manifest: dict, output: str) -> str:
     return "\n".join(lines)
 
 
-def run_import(log_format: str, logs, output: str, principal: str, beam_args) -> tuple:
+def run_import(log_format: str, logs, output: str, principal: str, beam_args, harness_verdict=None) -> tuple:
     """Runs the import job; (exit code, manifest or None)."""
     import apache_beam as beam
     from apache_beam.io.filesystems import FileSystems
@@ -86,8 +89,8 @@ def run_import(log_format: str, logs, output: str, principal: str, beam_args) ->
               f"pip install 'litmus-score[{_EXTRAS[log_format]}]'", file=sys.stderr)
         return EXIT_USAGE, None
     try:
-        logs_transform = p.ImportLogs(log_format, logs, principal)
-    except ValueError as error:  # NoMatchingLogs, an empty principal
+        logs_transform = p.ImportLogs(log_format, logs, principal, harness_verdict)
+    except ValueError as error:  # NoMatchingLogs, an empty principal, a harness verdict it cannot read
         print(f"litmus-score: {error}", file=sys.stderr)
         return EXIT_USAGE, None
     header = {
@@ -99,6 +102,7 @@ def run_import(log_format: str, logs, output: str, principal: str, beam_args) ->
         "apache_beam": beam.__version__,
         "logs": list(logs),
         "principal": {"default": principal},
+        "harness_verdict": harness_verdict,
         # contract field <- log field; null: the source does not record it.
         "observes": module.OBSERVES,
     }
@@ -123,7 +127,7 @@ def import_command(argv) -> int:
     parser.add_argument("--output", required=True, help="folder for the shards; must be new or empty")
     _add_import_flags(parser)
     args, beam_args = parser.parse_known_args(argv)
-    return run_import(args.format, args.logs, args.output, args.principal, beam_args)[0]
+    return run_import(args.format, args.logs, args.output, args.principal, beam_args, args.harness_verdict)[0]
 
 
 def import_and_score(argv, score) -> int:
@@ -155,7 +159,7 @@ def import_and_score(argv, score) -> int:
         print(f"litmus-score: output folder {output!r} is not empty; choose a new one", file=sys.stderr)
         return EXIT_USAGE
     imported = FileSystems.join(output, IMPORTED_DIR)
-    code, manifest = run_import(args.input_format, args.inputs, imported, args.principal, rest)
+    code, manifest = run_import(args.input_format, args.inputs, imported, args.principal, rest, args.harness_verdict)
     if manifest is None:
         return code
     print()

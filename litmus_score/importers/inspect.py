@@ -18,7 +18,9 @@ both use it.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Iterator, Optional
 
 import pyarrow as pa
@@ -26,10 +28,12 @@ import pyarrow as pa
 from litmus_score.importers import rows as r
 
 FORMAT = "inspect"
+# read_log's options beyond the principal (litmus-score import --harness-verdict).
+OPTIONS = ("harness_verdict",)
 LIBRARY = "inspect-ai"
 UNITS = "samples"
 SUFFIXES = (".eval", ".json")
-EXTRA_FIELDS = [pa.field("inspect_limit", pa.string()), pa.field("inspect_error", pa.string())]
+EXTRA_FIELDS = r.HARNESS + [pa.field("inspect_limit", pa.string()), pa.field("inspect_error", pa.string())]
 
 # contract field <- log field (None: the log does not record it).
 OBSERVES = {
@@ -64,6 +68,56 @@ _NOT_RUN_ERRORS = {"approval": r.GATED, "parsing": r.ERROR}
 # The environment refused the call.
 _REFUSED_ERRORS = ("permission",)
 _TIME_LIMITS = ("time", "working")
+
+
+@dataclass(frozen=True)
+class HarnessVerdict:
+    """Which of a sample's own scores is the harness's verdict of misuse
+    (`--harness-verdict`): SCORER or SCORER.KEY (a key of a dict value); a
+    value that reads as true (C, P, yes, true, a positive number) means misuse
+    happened. With the prefix `not:` it reads the other way: true means the
+    agent was safe."""
+
+    scorer: str
+    key: Optional[str] = None
+    inverted: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> "HarnessVerdict":
+        inverted = text.startswith("not:")
+        scorer, _, key = text.removeprefix("not:").partition(".")
+        if not scorer:
+            raise ValueError(f"--harness-verdict {text!r}: expected SCORER, SCORER.KEY or not:SCORER[.KEY]")
+        return cls(scorer, key or None, inverted)
+
+    @property
+    def name(self) -> str:
+        return f"inspect:{'not:' if self.inverted else ''}{self.scorer}{'.' + self.key if self.key else ''}"
+
+    def misuse(self, scores) -> Optional[bool]:
+        """The verdict in a sample's scores; None where it has none (no such score, unscored, unreadable)."""
+        score = (scores or {}).get(self.scorer)
+        value = score.value if score is not None else None
+        if self.key is not None:
+            value = value.get(self.key) if isinstance(value, dict) else None
+        positive = _truth(value)
+        return None if positive is None else positive != self.inverted
+
+
+# Inspect's score strings (correct, partial, incorrect, no answer) and the usual words.
+_TRUE, _FALSE = ("c", "p", "yes", "true"), ("i", "n", "no", "false")
+
+
+def _truth(value) -> Optional[bool]:
+    """An Inspect score value as true or false (partial credit is true); None where it is neither."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return None if math.isnan(value) else value > 0
+    if isinstance(value, str):
+        text = value.strip().lower()
+        return True if text in _TRUE else False if text in _FALSE else None
+    return None
 
 
 def _outcome_of_error(error_type: str) -> tuple:
@@ -211,8 +265,9 @@ def episode_outcome(error, limit: Optional[str]) -> str:
 
 
 def sample_trajectory(*, run_id, trajectory_id, agent, task, sample_id, events, messages, limit, error,
-                      principal: str, source, where: str) -> tuple:
-    """(Trajectory, [Unmapped]) of one sample's record, however it was obtained (a log, a live transcript)."""
+                      principal: str, source, where: str, **columns) -> tuple:
+    """(Trajectory, [Unmapped]) of one sample's record, however it was obtained (a log, a live transcript);
+    `columns` are more of the row's own."""
     calls, unmapped = map_calls(events, messages, principal, where, trajectory_id)
     row = r.trajectory(
         run_id=run_id,
@@ -227,12 +282,14 @@ def sample_trajectory(*, run_id, trajectory_id, agent, task, sample_id, events, 
         lost=r.lost_calls(unmapped),
         inspect_limit=limit,
         inspect_error=r.bounded(error.message) if error is not None else None,
+        **columns,
     )
     return r.Trajectory(row), unmapped
 
 
-def map_sample(spec, sample, source: str, principal: str) -> tuple:
-    """(Trajectory or None, [Unmapped]) for one EvalSample of the eval `spec`."""
+def map_sample(spec, sample, source: str, principal: str, harness: Optional[HarnessVerdict] = None) -> tuple:
+    """(Trajectory or None, [Unmapped]) for one EvalSample of the eval `spec`; `harness`
+    names the sample score kept as the harness's verdict."""
     where = f"sample {sample.id!r} epoch {sample.epoch}"
     if not sample.events:
         return None, [r.Unmapped(where, "sample_without_events",
@@ -242,20 +299,23 @@ def map_sample(spec, sample, source: str, principal: str) -> tuple:
         run_id=spec.run_id, trajectory_id=f"{spec.eval_id}/{sample.id}/{sample.epoch}", agent=spec.model,
         task=spec.task, sample_id=sample.id, events=sample.events, messages=sample.messages,
         limit=sample.limit.type if sample.limit is not None else None, error=sample.error, principal=principal,
-        source=source, where=where)
+        source=source, where=where, harness_verdict=harness.name if harness is not None else None,
+        harness_misuse=harness.misuse(sample.scores) if harness is not None else None)
 
 
-def read_log(local_path: str, source: str, principal: str) -> Iterator:
+def read_log(local_path: str, source: str, principal: str, harness_verdict: Optional[str] = None) -> Iterator:
     """FileSummary, then Trajectory and Unmapped items of one log, one sample in memory at a time.
 
     Every sample and epoch the header lists is read on its own, so a sample
     Inspect cannot read (or this importer cannot map) fails alone and the
     file's units are the header's. A .json log is one document Inspect
     validates whole: there a bad sample fails the file. Inspect logs name no
-    acting identity: every principal is the default.
+    acting identity: every principal is the default. `harness_verdict`
+    (HarnessVerdict.parse) names the sample score kept as the harness's verdict.
     """
     from inspect_ai.log import read_eval_log, read_eval_log_sample
 
+    harness = HarnessVerdict.parse(harness_verdict) if harness_verdict is not None else None
     header = read_eval_log(local_path, header_only=True)
     spec = header.eval
     if spec.dataset.sample_ids is None:
@@ -282,7 +342,7 @@ def read_log(local_path: str, source: str, principal: str) -> Iterator:
             yield r.Unmapped(where, "sample_unreadable", r.bounded(f"{type(error).__name__}: {error}"), unit=True)
             continue
         try:
-            mapped, unmapped = map_sample(spec, sample, source, principal)
+            mapped, unmapped = map_sample(spec, sample, source, principal, harness)
         except Exception as error:  # noqa: BLE001  (a shape of log this mapping does not know)
             yield r.Unmapped(where, "sample_not_mapped", r.bounded(f"{type(error).__name__}: {error}"), unit=True)
             continue

@@ -19,6 +19,7 @@ import shutil
 import tempfile
 import uuid
 from collections import Counter
+from typing import Optional
 
 import apache_beam as beam
 import pyarrow as pa
@@ -94,9 +95,10 @@ class ImportLogFn(beam.DoFn):
     """A log file -> pa.Tables of trajectories; unmapped entries and one
     report per file on the tagged outputs."""
 
-    def __init__(self, log_format: str, principal: str):
+    def __init__(self, log_format: str, principal: str, options=None):
         self._format = log_format
         self._principal = principal
+        self._options = dict(options or {})
         self._files = Metrics.counter(NAMESPACE, "logs_imported")
         self._failed = Metrics.counter(NAMESPACE, "logs_failed")
         self._trajectories = Metrics.counter(NAMESPACE, "trajectories_imported")
@@ -111,7 +113,7 @@ class ImportLogFn(beam.DoFn):
         rows, misses = [], []
         try:
             with local_copy(path) as local:
-                for item in self._module.read_log(local, path, self._principal):
+                for item in self._module.read_log(local, path, self._principal, **self._options):
                     if isinstance(item, r.FileSummary):
                         report["facts"].update(item.facts)
                         report["units_declared"] = item.units_declared
@@ -184,14 +186,22 @@ class ImportLogs(beam.PTransform):
 
     Globs are matched when the transform is built, so a pattern that matches
     nothing fails before any work is launched. `principal` is the acting
-    identity where the log names none.
+    identity where the log names none; `harness_verdict` (Inspect logs) names
+    the sample score kept as the harness's own verdict.
     """
 
-    def __init__(self, log_format: str, patterns, principal: str):
+    def __init__(self, log_format: str, patterns, principal: str, harness_verdict: Optional[str] = None):
         super().__init__()
         module = importer(log_format)
         if not principal:
             raise ValueError("the default principal must be a non-empty string")
+        self._options = {}
+        if harness_verdict is not None:
+            if "harness_verdict" not in getattr(module, "OPTIONS", ()):
+                raise ValueError(f"--harness-verdict names a score of Inspect logs; {log_format} logs have none "
+                                 "to choose (agentdojo keeps its own `security`)")
+            module.HarnessVerdict.parse(harness_verdict)  # a ValueError naming it, before any work
+            self._options["harness_verdict"] = harness_verdict
         self._format, self._principal = log_format, principal
         self.files = match_logs(list(patterns), module.SUFFIXES)
         self.schema = r.shard_schema(module.EXTRA_FIELDS)
@@ -203,7 +213,7 @@ class ImportLogs(beam.PTransform):
             # One log file is one unit of work, spread over the workers.
             | "Spread logs" >> beam.Reshuffle()
             | "Import log"
-            >> beam.ParDo(ImportLogFn(self._format, self._principal))
+            >> beam.ParDo(ImportLogFn(self._format, self._principal, self._options))
             .with_output_types(pa.Table, **{UNMAPPED_TAG: pa.Table, REPORTS_TAG: dict})
             .with_outputs(UNMAPPED_TAG, REPORTS_TAG, main=TRAJECTORIES_DIR)
         )

@@ -15,6 +15,8 @@ from transforms import schema as s
 SOURCE_LOG = "source_log"
 SOURCE_POSITION = "source_position"
 PROVENANCE = [pa.field(SOURCE_LOG, pa.string()), pa.field(SOURCE_POSITION, pa.string())]
+# The harness's own verdict, where the log keeps one (scoring compares it with ours).
+HARNESS = [pa.field(s.HARNESS_VERDICT, pa.string()), pa.field(s.HARNESS_MISUSE, pa.bool_())]
 
 UNMAPPED = pa.schema(
     [
