@@ -1,9 +1,12 @@
 """The scoring graph: shards in, adjudicated calls, UNSCORED records and metrics out.
 
     Read shards -> Set aside duplicates -> Check completeness -> Resolve contexts -> Classify -> Compute metrics
-         |  \\____ Find duplicates ___/          |                    |                 |  \\            ^
-         |                 +------ unscored -----+--------------------+---> Write outputs   Compare with the harness
-         +---- shard reports (the input accounting) ----------------------------^       (where inputs keep its verdict)
+         |  \\____ Find duplicates ___/          |                    |                 |
+         |                 +------ unscored -----+--------------------+---> Write outputs <-- scored, metrics, manifest
+         +---- shard reports (the input accounting) ----------------------------^
+
+Where inputs keep the harness's own verdict, the scored trajectories meet it
+on their way to the metrics (transforms.harness).
 """
 
 from __future__ import annotations
