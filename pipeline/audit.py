@@ -3,6 +3,9 @@
 Runs the same scoring as `score` (its validity block is the same in every
 mode) without writing a run folder, and prints the table of
 litmus_score.scoring.validity.audit_rows: a maintainer's answer before adopting the scorer.
+Where the inputs keep the harness's own verdict (an imported AgentDojo
+`security`, an Inspect sample's score), a second table shows, per run and
+agent, how it agrees with commit-time and with proposal-time misuse.
 """
 
 from __future__ import annotations
@@ -47,6 +50,34 @@ def audit_table(block: dict, tool_chars: int = 24) -> str:
     return "\n".join(lines)
 
 
+HARNESS_HEADER = ("run", "agent", "harness verdict", "trajectories", "harness misuse", "vs commit-time",
+                  "harness only", "ours only", "vs proposal-time", "harness only", "ours only")
+
+
+def harness_table(groups, chars: int = 20) -> str:
+    """Per group and harness verdict, agreement with commit-time and proposal-time
+    misuse, as an aligned, terminal-safe table; "" when no input keeps a harness verdict."""
+    rows = [(group, name, block) for group in groups
+            for name, block in sorted((group.get("harness_agreement") or {}).items())]
+    if not rows:
+        return ""
+
+    def agreement(cell) -> str:
+        rate = cell["agreement"]["rate"]
+        return f"{rate:6.1%}" if rate is not None else "   n/a"
+
+    widths = (chars, chars, chars, 12, 14, 14, 12, 9, 16, 12, 9)
+    lines = [" ".join(f"{h:<{w}}" if i < 3 else f"{h:>{w}}" for i, (h, w) in enumerate(zip(HARNESS_HEADER, widths)))]
+    for group, name, block in rows:
+        cells = [text.display(group["run_id"], chars), text.display(group["agent"], chars), text.display(name, chars),
+                 block["trajectories"], block["harness_misuse"]["count"]]
+        for ours in ("misuse", "legacy_misuse"):
+            cells += [agreement(block[ours]), block[ours]["harness_only"], block[ours]["ours_only"]]
+        lines.append(" ".join(f"{c:<{w}}" if i < 3 else f"{c:>{w}}" for i, (c, w) in enumerate(zip(cells, widths))))
+    return "\n".join(["", "The harness's own verdict beside ours (scored trajectories; harness only: it says misuse, "
+                             "we do not):", *lines])
+
+
 def main(argv) -> int:
     parser = argparse.ArgumentParser(prog="litmus-score audit", description=__doc__.split("\n")[0])
     parser.add_argument("inputs", nargs="+", help="Parquet shard paths or globs (local, gs://, ...)")
@@ -89,4 +120,7 @@ def main(argv) -> int:
         with open(path, encoding="utf-8") as handle:
             metrics = json.load(handle)
     print(audit_table(metrics["totals"]["validity"]))
+    harness = harness_table(metrics["groups"])
+    if harness:
+        print(harness)
     return 0

@@ -123,7 +123,7 @@ def score(argv, night=None) -> int:
     from pipeline.progress import ProgressLine, runs_in_process
     from pipeline.options import (ScoreOptions, UsageError, load_baseline_metrics, validate, with_local_parallelism,
                                   with_our_runners)
-    from transforms.read import NoMatchingShards
+    from transforms.read import NoMatchingShards, NoVerdictSource
 
     if any(arg.split("=")[0] == "--input-format" for arg in argv):
         from litmus_score.importers.cli import import_and_score
@@ -157,7 +157,7 @@ def score(argv, night=None) -> int:
         # Globs are matched here, once, before any work is launched or the output is touched.
         shard_count = graph.build(pipeline, config, header, config.policy)
         lock = publish.claim(config.output, config.replace, night)
-    except (NoMatchingShards, publish.PublishError) as error:
+    except (NoMatchingShards, NoVerdictSource, publish.PublishError) as error:
         print(f"litmus-score: {_error_line(error)}", file=sys.stderr)
         return EXIT_USAGE
     try:

@@ -4,6 +4,9 @@
          |  \\____ Find duplicates ___/          |                    |                 |
          |                 +------ unscored -----+--------------------+---> Write outputs <-- scored, metrics, manifest
          +---- shard reports (the input accounting) ----------------------------^
+
+Where inputs keep the harness's own verdict, the scored trajectories meet it
+on their way to the metrics (transforms.harness).
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ from transforms.classify import Classify, unscored_statistics
 from transforms.completeness import CheckCompleteness
 from transforms.duplicates import FindDuplicates, SetAsideDuplicates
 from transforms.evidence import CollectEvidence
+from transforms.harness import CompareWithHarness
 from transforms.metrics import ComputeMetrics
 from transforms.elements import Tag
-from transforms.read import DEFAULT_BATCH_ROWS, ReadShards
+from transforms.read import DEFAULT_BATCH_ROWS, NoVerdictSource, ReadShards, shards_without_verdicts
 from transforms.records import failed_batch_to_unscored
 from transforms.resolve import ResolveContexts
 from transforms.write import WriteOutputs
@@ -83,6 +87,7 @@ class ScoreTrajectories(beam.PTransform):
             resolved[Tag.VALIDITY],
             distinct[Tag.STATS],
             reports | "Count inputs" >> beam.Map(m.input_statistics),
+            classified[Tag.TRAJECTORIES] | "Harness verdicts" >> CompareWithHarness(self._read.shards),
         ] + [
             records | f"Count {name} unscored" >> beam.Map(unscored_statistics) for name, records in unscored.items()
         ] | "Gather statistics" >> beam.Flatten()
@@ -97,10 +102,21 @@ class ScoreTrajectories(beam.PTransform):
         }
 
 
+def check_verdict_source(shards, policy, accept_no_verdict: bool = False) -> None:
+    """NoVerdictSource when no policy is given and some shard records no
+    verdict (an import of agent logs): every call of theirs would be
+    no_verdict, which `accept_no_verdict` asks for."""
+    if policy is None and not accept_no_verdict:
+        paths = shards_without_verdicts(shards)
+        if paths:
+            raise NoVerdictSource(paths)
+
+
 def build(pipeline: beam.Pipeline, config, manifest_header: dict, policy=None) -> int:
     """Adds the whole job (score, then write everything) to `pipeline`; returns how many shards it reads."""
     score = ScoreTrajectories(config.inputs, config.adjudication, config.batch_rows, policy,
                               config.bounds, config.max_slice_keys)
+    check_verdict_source(score.shards, policy, config.accept_no_verdict)
     outputs = pipeline | "Score trajectories" >> score
     outputs | "Write outputs" >> WriteOutputs(config.output, manifest_header)
     return len(score.shards)

@@ -84,6 +84,11 @@ class ScoreOptions(PipelineOptions):
             help="Policy YAML: decides where a context recorded no verdict, and checks those recorded.",
         )
         parser.add_argument(
+            "--accept_no_verdict", action="store_true",
+            help="Score without --policy shards that record no verdict (imported logs): their calls are "
+                 "unscored no_verdict. Without it, such a run stops (exit 2).",
+        )
+        parser.add_argument(
             "--baseline", default=None,
             help="An earlier run's output folder: write comparison.json; exit 3 on a regression.",
         )
@@ -117,6 +122,7 @@ class ScoreConfig:
     bounds: Bounds = DEFAULT_BOUNDS
     max_slice_keys: int = DEFAULT_MAX_SLICE_KEYS
     replace: bool = False
+    accept_no_verdict: bool = False
 
     def as_dict(self) -> dict:
         return {
@@ -125,6 +131,7 @@ class ScoreConfig:
             "adjudication": self.adjudication,
             "batch_rows": self.batch_rows,
             "policy": self.policy_file,
+            "accept_no_verdict": self.accept_no_verdict,
             "baseline": self.baseline,
             "max_calls_per_trajectory": self.bounds.max_calls_per_trajectory,
             "max_text_bytes": self.bounds.max_text_bytes,
@@ -183,4 +190,5 @@ def validate(options: PipelineOptions) -> ScoreConfig:
     if score.baseline:
         load_baseline_metrics(score.baseline, mode)
     return ScoreConfig(tuple(score.inputs), output, mode, score.batch_rows, score.policy, policy,
-                       score.baseline, thresholds, bounds, score.max_slice_keys, score.replace)
+                       score.baseline, thresholds, bounds, score.max_slice_keys, score.replace,
+                       score.accept_no_verdict)

@@ -27,6 +27,7 @@ from apache_beam.metrics import Metrics
 
 from litmus_score.scoring.trajectory import DEFAULT_BOUNDS
 from transforms import NAMESPACE
+from transforms import schema as s
 from transforms.conform import UNREADABLE, conform_batch, open_shard, shares_contract
 from transforms.elements import Shard, Tag
 from transforms.progress import TALLY
@@ -124,6 +125,41 @@ class ReadShardFn(beam.DoFn):
 
 class NoMatchingShards(ValueError):
     """An input path or glob that matches no file."""
+
+
+class NoVerdictSource(ValueError):
+    """Shards that record no policy verdict, and no policy to give them one."""
+
+    def __init__(self, paths):
+        self.paths = list(paths)
+        super().__init__(f"{len(self.paths)} input(s) record no policy verdict (agent logs; first "
+                         f"{self.paths[0]!r}): give --policy FILE to decide their calls, or --accept_no_verdict "
+                         "to score every call of theirs as no_verdict")
+
+
+# Footers read at once when looking for shards without verdicts (network round trips, mostly).
+_FOOTER_READERS = 16
+
+
+def _records_no_verdicts(shard: Shard) -> bool:
+    if shard.error is not None:
+        return False
+    try:
+        with open_shard(shard.path) as handle:
+            metadata = pq.read_schema(handle).metadata or {}
+    except UNREADABLE:
+        return False  # the read stage reports it
+    return metadata.get(s.VERDICTS) == s.NO_VERDICTS
+
+
+def shards_without_verdicts(shards) -> list:
+    """The paths of the shards whose footer says they record no policy verdict
+    (schema.VERDICTS); one footer read per shard, several at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(_FOOTER_READERS) as pool:
+        marked = list(pool.map(_records_no_verdicts, shards))
+    return [shard.path for shard, no_verdicts in zip(shards, marked) if no_verdicts]
 
 
 def _local_entries(pattern: str) -> list:

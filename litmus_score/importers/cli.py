@@ -1,8 +1,9 @@
 """`litmus-score import FORMAT LOGS... --output DIR`, and `score --input-format FORMAT`.
 
 Exit codes as `score`'s: 0 done; 1 the pipeline failed; 2 bad invocation;
-4 done, but some log file could not be imported (import-manifest.json names
-it and its fault).
+4 done, but some input was not imported: a log file, or a unit or call of
+one that no trajectory accounts for (import-manifest.json names it and its
+fault).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ def _add_import_flags(parser) -> None:
     parser.add_argument("--principal", default=DEFAULT_PRINCIPAL,
                         help=f"acting identity where the log names none (default {DEFAULT_PRINCIPAL!r}); "
                              "the manifest counts which calls took it")
+    parser.add_argument("--harness-verdict", default=None, metavar="[not:]SCORER[.KEY]",
+                        help="Inspect logs: the sample score that is the harness's own verdict of misuse (true: "
+                             "misuse happened; not: true means safe), kept beside ours and compared in the report")
 
 
 def _holds_files(folder: str) -> bool:
@@ -46,9 +50,17 @@ def _summary(manifest: dict, output: str) -> str:
              f"{manifest['units']} -> {totals['trajectories']} trajectories with {totals['calls']} calls; "
              f"{totals['unmapped']} entries unmapped"]
     lines += [f"  unmapped {_printable(reason)}: {n}" for reason, n in totals["unmapped_by_reason"].items()]
+    if totals["calls_unmapped"]:
+        lines.append(f"  {totals['calls_unmapped']} call(s) the logs show are not in their trajectory's calls: "
+                     "counted in its call_count, so scoring leaves it unscored (call_count_mismatch)")
+    lost = totals["not_imported"]
+    if any(lost.values()):
+        lines.append(f"  not imported: {lost['units']} {manifest['units']}, {lost['calls']} call(s) of no trajectory")
     principal = manifest["principal"]
-    lines.append(f"  principal: {principal['source']['log']} call(s) from the log, {principal['source']['default']} "
-                 f"the default {_printable(principal['default'])!r}")
+    for context in ("proposal", "commit"):
+        source = principal["source"][context]
+        lines.append(f"  {context} principal: {source['log']} from the log, {source['default']} "
+                     f"the default {_printable(principal['default'])!r}")
     for report in manifest["files"]:
         if report["error"]:
             lines.append(f"error: {_printable(report['file'])} not imported: {_printable(report['error'])}")
@@ -56,7 +68,7 @@ def _summary(manifest: dict, output: str) -> str:
     return "\n".join(lines)
 
 
-def run_import(log_format: str, logs, output: str, principal: str, beam_args) -> tuple:
+def run_import(log_format: str, logs, output: str, principal: str, beam_args, harness_verdict=None) -> tuple:
     """Runs the import job; (exit code, manifest or None)."""
     import apache_beam as beam
     from apache_beam.io.filesystems import FileSystems
@@ -77,8 +89,8 @@ def run_import(log_format: str, logs, output: str, principal: str, beam_args) ->
               f"pip install 'litmus-score[{_EXTRAS[log_format]}]'", file=sys.stderr)
         return EXIT_USAGE, None
     try:
-        logs_transform = p.ImportLogs(log_format, logs, principal)
-    except ValueError as error:  # NoMatchingLogs, an empty principal
+        logs_transform = p.ImportLogs(log_format, logs, principal, harness_verdict)
+    except ValueError as error:  # NoMatchingLogs, an empty principal, a harness verdict it cannot read
         print(f"litmus-score: {error}", file=sys.stderr)
         return EXIT_USAGE, None
     header = {
@@ -90,6 +102,7 @@ def run_import(log_format: str, logs, output: str, principal: str, beam_args) ->
         "apache_beam": beam.__version__,
         "logs": list(logs),
         "principal": {"default": principal},
+        "harness_verdict": harness_verdict,
         # contract field <- log field; null: the source does not record it.
         "observes": module.OBSERVES,
     }
@@ -103,7 +116,7 @@ def run_import(log_format: str, logs, output: str, principal: str, beam_args) ->
     with FileSystems.open(FileSystems.join(output, MANIFEST_FILE)) as handle:
         manifest = json.loads(handle.read().decode("utf-8"))
     print(_summary(manifest, output))
-    return (EXIT_INCOMPLETE_INPUT if manifest["failed_files"] else EXIT_OK), manifest
+    return (EXIT_INCOMPLETE_INPUT if p.incomplete(manifest) else EXIT_OK), manifest
 
 
 def import_command(argv) -> int:
@@ -114,7 +127,7 @@ def import_command(argv) -> int:
     parser.add_argument("--output", required=True, help="folder for the shards; must be new or empty")
     _add_import_flags(parser)
     args, beam_args = parser.parse_known_args(argv)
-    return run_import(args.format, args.logs, args.output, args.principal, beam_args)[0]
+    return run_import(args.format, args.logs, args.output, args.principal, beam_args, args.harness_verdict)[0]
 
 
 def import_and_score(argv, score) -> int:
@@ -131,12 +144,22 @@ def import_and_score(argv, score) -> int:
     parser.add_argument("--output", required=True)
     _add_import_flags(parser)
     args, rest = parser.parse_known_args(argv)
+    # Logs record no verdict: without a policy (or the flag accepting that), stop before importing.
+    verdicts = argparse.ArgumentParser(add_help=False)
+    verdicts.add_argument("--policy")
+    verdicts.add_argument("--accept_no_verdict", action="store_true")
+    given, _ = verdicts.parse_known_args(rest)
+    if not (given.policy or given.accept_no_verdict):
+        from transforms.read import NoVerdictSource
+
+        print(f"litmus-score: {NoVerdictSource(args.inputs)}", file=sys.stderr)
+        return EXIT_USAGE
     output = args.output.rstrip("/") or "/"
     if _holds_files(output):
         print(f"litmus-score: output folder {output!r} is not empty; choose a new one", file=sys.stderr)
         return EXIT_USAGE
     imported = FileSystems.join(output, IMPORTED_DIR)
-    code, manifest = run_import(args.input_format, args.inputs, imported, args.principal, rest)
+    code, manifest = run_import(args.input_format, args.inputs, imported, args.principal, rest, args.harness_verdict)
     if manifest is None:
         return code
     print()

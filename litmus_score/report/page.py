@@ -18,6 +18,7 @@ from markupsafe import Markup
 from pipeline import text
 from litmus_score.report.charts import Series, paired_bars
 from litmus_score.report.evidence import evidence_view, validity_view
+from litmus_score.report.harness import harness_view
 from litmus_score.report.jinja import environment
 from litmus_score.scoring import contract
 from litmus_score.scoring.stats import wilson_interval
@@ -251,6 +252,7 @@ def render_report(metrics: dict, manifest: dict, comparison: dict | None = None,
         slices=_slices(groups, totals),
         comparison=_comparison(comparison),
         validity=validity_view(totals, MAX_ROWS),
+        harness=harness_view(groups, MAX_ROWS),
         evidence=evidence_view(evidence, MAX_GROUPS),
         inputs=_inputs(metrics, manifest),
         limits={"rows": MAX_ROWS, "name": NAME_CHARS, "text": TEXT_CHARS, "keep": KEEP_CHARS,

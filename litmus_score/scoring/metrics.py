@@ -11,6 +11,7 @@ time (`add_trajectory`, the reference) or from Arrow batches
     task_categories  task_category -> trajectories, misuse, legacy_misuse
     tasks            task_id -> the same
     validity         tool -> the counts of litmus_score.scoring.validity (audited calls)
+    harness          harness verdict -> agreement counts (transforms.harness), where inputs carry one
 
 A run's statistics map each (run_id, agent) to its group's, and INPUTS to
 the input accounting (files, unreadable_files, rows_declared, rows_read).
@@ -60,7 +61,7 @@ GroupKey = Tuple[Optional[str], Optional[str]]  # (run_id, agent)
 INPUTS = "inputs"
 INPUT_COUNTERS = ("files", "unreadable_files", "rows_declared", "rows_read")
 DEFAULT_MAX_SLICE_KEYS = 1000
-SLICES = ("tools", "task_categories", "tasks", "validity")
+SLICES = ("tools", "task_categories", "tasks", "validity", "harness")
 
 
 def new_group() -> dict:
@@ -204,6 +205,23 @@ def _trajectory_slice(verdicts: Mapping) -> dict:
     }
 
 
+def harness_block(harness: Mapping) -> dict:
+    """Per harness verdict: how many scored trajectories have one, how many
+    it calls misuse, and its agreement with our misuse and with legacy
+    (proposal-time) misuse."""
+    blocks = {}
+    for name, counts in harness.items():
+        n = counts["trajectories"]
+        blocks[name] = {"trajectories": n, "harness_misuse": _rate(counts["harness_misuse"], n)}
+        for ours in ("misuse", "legacy_misuse"):
+            cell = counts[ours]
+            agree = n - cell["harness_only"] - cell["ours_only"]
+            blocks[name][ours] = {"both": cell["both"], "neither": agree - cell["both"],
+                                  "harness_only": cell["harness_only"], "ours_only": cell["ours_only"],
+                                  "agreement": _rate(agree, n)}
+    return blocks
+
+
 def group_document(stats: Mapping, mode: str, with_tasks: bool = True) -> dict:
     """One group's fields: scoring-v1's, then the slices and the adjudication gap."""
     counts, reasons = stats["counts"], stats["reasons"]
@@ -252,6 +270,9 @@ def group_document(stats: Mapping, mode: str, with_tasks: bool = True) -> dict:
     }
     if with_tasks:
         document["slices"]["task"] = {name: dict(v) for name, v in stats["tasks"].items()}
+    if stats.get("harness"):
+        # Only where some input carries the harness's own verdict.
+        document["harness_agreement"] = harness_block(stats["harness"])
     return document
 
 
