@@ -17,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 
 from pipeline import text
-from litmus_score.scoring.layout import COMPARISON_FILE, EVIDENCE_FILE, MANIFEST_SCHEMA, REPORT_FILE
+from litmus_score.scoring.layout import COMPARISON_FILE, EVIDENCE_FILE, MANIFEST_SCHEMA, OTHER, REPORT_FILE
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE_INPUT = 0, 1, 2, 4
 ERROR_CHARS = 1000
@@ -58,6 +58,10 @@ def summary(metrics: dict, manifest: dict, output: str) -> str:
     if trajectories["duplicates_dropped"]:
         lines.append(f"{trajectories['duplicates_dropped']} duplicate(s) dropped: identical copies of a "
                      "(run_id, trajectory_id) counted once")
+    other = next((g for g in metrics["groups"] if g["run_id"] == g["agent"] == OTHER), None)
+    if other is not None:
+        lines.append(f"more (run_id, agent) groups than --max_groups: {len(metrics['groups']) - 1} kept, "
+                     f"the rest ({other['trajectories']['input']} trajectories) summed under run_id and agent {OTHER}")
     if inputs["rows_read"] < inputs["rows_declared"]:
         lines.append(f"{inputs['rows_declared'] - inputs['rows_read']} row(s) that files declare could not be read")
     lines.append("")

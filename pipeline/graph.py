@@ -39,11 +39,13 @@ class ScoreTrajectories(beam.PTransform):
     `metrics` and `evidence` hold the single metrics.json and evidence.json
     documents. `policy` (a litmus_score.scoring.policy.PolicyDocument) decides where no
     verdict was recorded; `bounds` says when a trajectory is too_large,
-    `max_slice_keys` how many names a slice of metrics.json keeps.
+    `max_slice_keys` how many names a slice of metrics.json keeps,
+    `max_groups` how many (run_id, agent) groups.
     """
 
     def __init__(self, inputs, mode: str = c.COMMIT, batch_rows: int = DEFAULT_BATCH_ROWS, policy=None,
-                 bounds: Bounds = DEFAULT_BOUNDS, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS):
+                 bounds: Bounds = DEFAULT_BOUNDS, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS,
+                 max_groups: int = m.DEFAULT_MAX_GROUPS):
         super().__init__()
         self._read = ReadShards(inputs, batch_rows, bounds.max_text_bytes)
         self._mode = c.check_mode(mode)
@@ -52,6 +54,7 @@ class ScoreTrajectories(beam.PTransform):
         if max_slice_keys < 1:
             raise ValueError(f"Invalid max_slice_keys: must be positive, got {max_slice_keys}")
         self._max_slice_keys = max_slice_keys
+        self._max_groups = max_groups
 
     @property
     def shards(self) -> list:
@@ -97,7 +100,8 @@ class ScoreTrajectories(beam.PTransform):
             "trajectories": classified[Tag.TRAJECTORIES],
             "evidence": classified[Tag.EVIDENCE] | "Evidence" >> CollectEvidence(),
             "unscored": unscored,
-            "metrics": statistics | "Metrics" >> ComputeMetrics(self._mode, policy_sha256, self._max_slice_keys),
+            "metrics": statistics | "Metrics" >> ComputeMetrics(self._mode, policy_sha256, self._max_slice_keys,
+                                                                  self._max_groups),
             "shard_reports": reports,
         }
 
@@ -115,7 +119,7 @@ def check_verdict_source(shards, policy, accept_no_verdict: bool = False) -> Non
 def build(pipeline: beam.Pipeline, config, manifest_header: dict, policy=None) -> int:
     """Adds the whole job (score, then write everything) to `pipeline`; returns how many shards it reads."""
     score = ScoreTrajectories(config.inputs, config.adjudication, config.batch_rows, policy,
-                              config.bounds, config.max_slice_keys)
+                              config.bounds, config.max_slice_keys, config.max_groups)
     check_verdict_source(score.shards, policy, config.accept_no_verdict)
     outputs = pipeline | "Score trajectories" >> score
     outputs | "Write outputs" >> WriteOutputs(config.output, manifest_header)

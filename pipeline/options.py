@@ -11,7 +11,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from pipeline.publish import PublishError, read_run
 from litmus_score.scoring import contract as c
 from litmus_score.scoring.layout import OTHER
-from litmus_score.scoring.metrics import DEFAULT_MAX_SLICE_KEYS
+from litmus_score.scoring.metrics import DEFAULT_MAX_GROUPS, DEFAULT_MAX_SLICE_KEYS
 from litmus_score.scoring.trajectory import DEFAULT_BOUNDS, MAX_JSON_DEPTH_LIMIT, Bounds
 from transforms.read import DEFAULT_BATCH_ROWS
 
@@ -107,6 +107,9 @@ class ScoreOptions(PipelineOptions):
         parser.add_argument("--max_slice_keys", type=int, default=DEFAULT_MAX_SLICE_KEYS,
                             help=f"Names per slice of metrics.json (tools, task categories, tasks), at most; "
                                  f"the rest are summed under {OTHER} (default {DEFAULT_MAX_SLICE_KEYS}).")
+        parser.add_argument("--max_groups", type=int, default=DEFAULT_MAX_GROUPS,
+                            help=f"(run_id, agent) groups of metrics.json, at most; the rest are summed into "
+                                 f"one group whose run_id and agent are {OTHER} (default {DEFAULT_MAX_GROUPS:,}).")
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,7 @@ class ScoreConfig:
     max_slice_keys: int = DEFAULT_MAX_SLICE_KEYS
     replace: bool = False
     accept_no_verdict: bool = False
+    max_groups: int = DEFAULT_MAX_GROUPS
 
     def as_dict(self) -> dict:
         return {
@@ -137,6 +141,7 @@ class ScoreConfig:
             "max_text_bytes": self.bounds.max_text_bytes,
             "max_json_depth": self.bounds.max_json_depth,
             "max_slice_keys": self.max_slice_keys,
+            "max_groups": self.max_groups,
         }
 
 
@@ -167,6 +172,8 @@ def validate(options: PipelineOptions) -> ScoreConfig:
         raise UsageError(f"--batch_rows must be positive, got {score.batch_rows}")
     if score.max_slice_keys < 1:
         raise UsageError(f"--max_slice_keys must be positive, got {score.max_slice_keys}")
+    if score.max_groups < 1:
+        raise UsageError(f"--max_groups must be positive, got {score.max_groups}")
     try:
         bounds = Bounds(score.max_calls_per_trajectory, score.max_text_bytes, score.max_json_depth)
     except ValueError as error:
@@ -191,4 +198,4 @@ def validate(options: PipelineOptions) -> ScoreConfig:
         load_baseline_metrics(score.baseline, mode)
     return ScoreConfig(tuple(score.inputs), output, mode, score.batch_rows, score.policy, policy,
                        score.baseline, thresholds, bounds, score.max_slice_keys, score.replace,
-                       score.accept_no_verdict)
+                       score.accept_no_verdict, score.max_groups)

@@ -26,7 +26,8 @@ import pyarrow.parquet as pq
 
 from litmus_score.scoring import metrics as m
 from transforms.columnar import encode, group_codes
-from transforms.conform import UNREADABLE, open_shard
+from transforms.conform import UNREADABLE
+from transforms.shardfiles import opened
 from transforms.schema import HARNESS_MISUSE, HARNESS_VERDICT
 
 ROW = "source_row"
@@ -36,15 +37,15 @@ VERDICTS = pa.schema([pa.field(ROW, pa.int64()), pa.field(HARNESS_VERDICT, pa.st
 OURS = ("misuse", "legacy_misuse")
 
 
-def read_verdicts(path: str):
+def read_verdicts(shard):
     """A shard's harness verdicts (VERDICTS, rows with one only), or None where it has none.
 
     A value that is not a boolean is no verdict: null, in its own row."""
-    with open_shard(path) as handle:
-        shard = pq.ParquetFile(handle)
-        if not {HARNESS_VERDICT, HARNESS_MISUSE} <= set(shard.schema_arrow.names):
+    with opened(shard) as handle:
+        parquet = pq.ParquetFile(handle)
+        if not {HARNESS_VERDICT, HARNESS_MISUSE} <= set(parquet.schema_arrow.names):
             return None
-        table = shard.read(columns=[HARNESS_VERDICT, HARNESS_MISUSE], use_threads=False)
+        table = parquet.read(columns=[HARNESS_VERDICT, HARNESS_MISUSE], use_threads=False)
     verdict = table[HARNESS_VERDICT]
     misuse = table[HARNESS_MISUSE]
     if not pa.types.is_string(verdict.type):
@@ -62,7 +63,7 @@ class ReadHarnessVerdictsFn(beam.DoFn):
         if shard.error is not None:
             return
         try:
-            verdicts = read_verdicts(shard.path)
+            verdicts = read_verdicts(shard)
         except UNREADABLE as error:
             # The read stage reports the file; here it only has no verdicts.
             logging.warning("no harness verdicts read from %s: %s", shard.path, error)

@@ -67,7 +67,7 @@ HARNESS_MISUSE = "harness_misuse"
 # A shard's Parquet key-value metadata: VERDICTS = NO_VERDICTS says no context
 # in it records a policy verdict (an import of agent logs), so a policy is the
 # only source of its verdicts.
-VERDICTS = b"litmus-score.verdicts"
+VERDICTS = b"litmus_score.verdicts"
 NO_VERDICTS = b"none"
 
 # Columns with few distinct values per run are dictionary-encoded: a million

@@ -28,6 +28,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from litmus_score.importers import rows as r
+from litmus_score.scoring.layout import SHARD_KIND
 from transforms import NAMESPACE
 from transforms import coders  # noqa: F401  (registers the Arrow element coders)
 from transforms.write import FileSet, WriteBundleFn, commit_files, to_json, write_text
@@ -262,7 +263,8 @@ class WriteImport(beam.PTransform):
         super().__init__()
         self._output = output.rstrip("/")
         self._header = header
-        self._tables = {TRAJECTORIES_DIR: FileSet(TRAJECTORIES_DIR, "part", schema),
+        # The trajectories are shards to score; unmapped/ says it is no shard.
+        self._tables = {TRAJECTORIES_DIR: FileSet(TRAJECTORIES_DIR, "part", schema, kind=SHARD_KIND),
                         UNMAPPED_DIR: FileSet(UNMAPPED_DIR, "part", r.UNMAPPED)}
 
     def expand(self, imported):
