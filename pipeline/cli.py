@@ -169,10 +169,11 @@ def score(argv, night=None) -> int:
         metrics, manifest = publish.read_run(config.output, complete=False)
         comparison = None
         if config.baseline:
-            from litmus_score.scoring.compare import compare_metrics
+            from litmus_score.scoring.compare import baseline_source, compare_metrics
 
             baseline = load_baseline_metrics(config.baseline, config.adjudication)
-            comparison = compare_metrics(metrics, baseline, config.thresholds)
+            source = baseline_source(config.baseline, publish.read_run(config.baseline)[1])
+            comparison = compare_metrics(metrics, baseline, config.thresholds, source)
         manifest = finish_run(config.output, metrics, manifest, comparison)
     except (UsageError, publish.PublishError) as error:  # the baseline or the run's own files changed under it
         print(f"litmus-score: {_error_line(error)}", file=sys.stderr)
@@ -211,7 +212,7 @@ def compare(args) -> int:
     from apache_beam.io.filesystems import FileSystems
 
     from pipeline.publish import Lock, read_run
-    from litmus_score.scoring.compare import compare_metrics, load_thresholds
+    from litmus_score.scoring.compare import baseline_source, compare_metrics, load_thresholds
 
     try:
         thresholds = load_thresholds(args.thresholds) if args.thresholds else None
@@ -221,8 +222,8 @@ def compare(args) -> int:
         print(f"litmus-score: {_error_line(error)}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        (new, manifest), (old, _) = read_run(args.new), read_run(args.old)
-        comparison = compare_metrics(new, old, thresholds)
+        (new, manifest), (old, old_manifest) = read_run(args.new), read_run(args.old)
+        comparison = compare_metrics(new, old, thresholds, baseline_source(args.old, old_manifest))
         finish_run(args.new, new, manifest, comparison)
     except (OSError, ValueError) as error:  # mismatched documents are ValueErrors
         print(f"litmus-score: {_error_line(error)}", file=sys.stderr)
