@@ -7,13 +7,18 @@ and hashes come from adversarial trajectories: they are data, shown as text.
 Jinja2 autoescapes them in the page and in its SVG charts (litmus_score.report.charts),
 and a Content-Security-Policy forbids scripts and fetches anyway.
 The page is deterministic: same inputs, same bytes.
+
+The page is a list of Sections under a contents bar: each has an anchor, a
+title, a template of this package and the view it shows (None: left out).
+A new section is one more Section in `_sections` and one template.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from pipeline import text
 from litmus_score.report.charts import Series, paired_bars
@@ -64,7 +69,17 @@ def _pct(rate) -> str:
 
 
 def _interval(ci) -> str:
-    return "" if not ci else f"{ci[0]:.1%} – {ci[1]:.1%}"
+    return "" if not ci else f"{ci[0]:.1%}–{ci[1]:.1%}"
+
+
+def _bound(share) -> str:
+    """A small share with the precision its bound needs: 0.23%, 2.6%."""
+    return "n/a" if share is None else (f"{share:.2%}" if share < 0.01 else f"{share:.1%}")
+
+
+def _breakable(value) -> Markup:
+    """A name that may wrap after its underscores (category names in a narrow column)."""
+    return Markup("_<wbr>").join(escape(part) for part in display(value).split("_"))
 
 
 def _num(value) -> str:
@@ -192,6 +207,18 @@ def _slices(groups, totals) -> dict:
     }
 
 
+RULE_LABELS = {"spec": "spec version", "adjudication": "adjudication mode", "policy_sha256": "policy (sha256)"}
+
+
+def _baseline(comparison) -> dict | None:
+    """Which run the comparison's baseline is, as comparison.json names it (None before it did)."""
+    named = comparison.get("baseline")
+    if not isinstance(named, dict):
+        return None
+    runs = named.get("runs") or []
+    return {**named, "runs": runs[:5], "runs_left": max(0, len(runs) - 5)}
+
+
 def _comparison(comparison) -> dict | None:
     if comparison is None:
         return None
@@ -199,6 +226,9 @@ def _comparison(comparison) -> dict | None:
     agents, left = _top(comparison.get("agents") or [], lambda a: rank.get(a.get("verdict"), len(rank)), MAX_GROUPS)
     fields = ("agent", "verdict", "new", "old", "difference", "ci95", "paired_tasks")
     return {
+        "baseline": _baseline(comparison),
+        "rules_changed": [dict(change, label=RULE_LABELS.get(change.get("rule"), display(change.get("rule"))))
+                          for change in comparison.get("rules_changed") or []],
         "agents": [{**{field: a.get(field) for field in fields},
                     "css": a.get("verdict") if a.get("verdict") in rank else "other",
                     "reasons": (a.get("reasons") or [])[:10]} for a in agents],
@@ -227,6 +257,41 @@ def _inputs(metrics, manifest) -> dict:
 # ---------------------------------------------------------------- page
 
 
+@dataclass(frozen=True)
+class Section:
+    """One section of the page: its anchor, its heading, its name in the contents bar, its
+    template and what the template shows as `view` (None: the section is left out)."""
+
+    anchor: str
+    title: str
+    short: str
+    template: str
+    view: object
+
+
+def _gap(groups, totals) -> dict | None:
+    if totals.get("adjudication_gap") is None:
+        return None
+    return {"totals": totals["gap"], "groups": [g for g in groups if g["gap"] and g["gap"]["calls"]]}
+
+
+def _sections(metrics, manifest, comparison, evidence, groups, groups_left, totals, mode_label) -> list:
+    slices = _slices(metrics["groups"], metrics["totals"])
+    return [
+        Section("baseline", "Since the baseline", "Baseline", "baseline.html.j2", _comparison(comparison)),
+        Section("agents", "Misuse per agent", "Misuse per agent", "agents.html.j2", {
+            "groups": groups, "groups_left": groups_left, "disagreements": "policy_disagreements" in totals,
+            "charts": _charts(metrics["groups"], metrics["totals"], mode_label)}),
+        Section("gap", "Proposal × commit", "Proposal × commit", "gap.html.j2", _gap(groups, totals)),
+        Section("validity", "Where proposal-time scoring holds", "Where proposal-time scoring holds",
+                "validity.html.j2", validity_view(totals, MAX_ROWS)),
+        Section("evidence", "Evidence", "Evidence", "evidence.html.j2", evidence_view(evidence, MAX_GROUPS)),
+        Section("unscored", "Unscored trajectories", "Unscored", "unscored.html.j2", {"groups": groups}),
+        Section("slices", "Slices", "Slices", "slices.html.j2", slices if slices["present"] else None),
+        Section("inputs", "Inputs", "Inputs", "inputs.html.j2", _inputs(metrics, manifest)),
+    ]
+
+
 def render_report(metrics: dict, manifest: dict, comparison: dict | None = None, evidence: dict | None = None) -> str:
     """The whole report.html for one run, as a string; `evidence` is the run's evidence.json."""
     groups, totals = metrics["groups"], metrics["totals"]
@@ -234,6 +299,10 @@ def render_report(metrics: dict, manifest: dict, comparison: dict | None = None,
     mode_label = MODE_LABELS.get(mode, display(mode))
     table_groups, groups_left = _largest_groups(groups, MAX_GROUPS)
     runs = sorted({g["run_id"] for g in groups}, key=lambda run: (run is None, run or ""))
+    table_groups = [dict(g, reasons=_unscored_reasons(g)[:MAX_ROWS], gap=_gap_table(g.get("adjudication_gap")))
+                    for g in table_groups]
+    totals = dict(totals, reasons=_unscored_reasons(totals)[:MAX_ROWS], gap=_gap_table(totals.get("adjudication_gap")))
+    sections = _sections(metrics, manifest, comparison, evidence, table_groups, groups_left, totals, mode_label)
     return _PAGE.render(
         csp=CSP,
         mode=mode,
@@ -241,18 +310,9 @@ def render_report(metrics: dict, manifest: dict, comparison: dict | None = None,
         runs=runs[:5],
         runs_left=max(0, len(runs) - 5),
         agents=len({g["agent"] for g in groups} - {None}),
-        groups=[dict(g, reasons=_unscored_reasons(g)[:MAX_ROWS],
-                     gap=_gap_table(g.get("adjudication_gap"))) for g in table_groups],
-        groups_left=groups_left,
-        totals=dict(totals, reasons=_unscored_reasons(totals)[:MAX_ROWS],
-                    gap=_gap_table(totals.get("adjudication_gap"))),
-        disagreements="policy_disagreements" in totals,
-        charts=_charts(groups, totals, mode_label),
-        slices=_slices(groups, totals),
-        comparison=_comparison(comparison),
-        validity=validity_view(totals, MAX_ROWS),
-        evidence=evidence_view(evidence, MAX_GROUPS),
-        inputs=_inputs(metrics, manifest),
+        totals=totals,
+        policy=_inputs(metrics, manifest)["policy"],
+        sections=[section for section in sections if section.view is not None],
         limits={"rows": MAX_ROWS, "name": NAME_CHARS, "text": TEXT_CHARS, "keep": KEEP_CHARS,
                 "chart": MAX_CHART_GROUPS},
     )
@@ -260,4 +320,5 @@ def render_report(metrics: dict, manifest: dict, comparison: dict | None = None,
 
 _PAGE = environment(
     name=_name, display=display, pct=_pct, interval=_interval, num=_num, points=_points, pvalue=_pvalue,
+    bound=_bound, breakable=_breakable,
 ).get_template("report.html.j2")
