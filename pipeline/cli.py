@@ -1,4 +1,4 @@
-"""litmus-score command line: score, nightly, import, compare, generate, demo, policy check.
+"""litmus-score command line: score, nightly, trend, import, compare, generate, demo, policy check.
 
 Exit codes: 0 done; 1 the pipeline failed; 2 bad invocation (one line on
 stderr); 3 done, and an agent's misuse rate regressed against the baseline
@@ -201,10 +201,17 @@ def nightly(argv) -> int:
         return EXIT_USAGE
     if planned is None:  # --help
         return EXIT_OK
-    score_argv, night, baseline = planned
+    score_argv, night, baseline, root = planned
     print(f"litmus-score nightly {night['date']}: baseline "
           + (_printable(baseline) if baseline else "none (no earlier complete night in this mode)"))
-    return score(score_argv, night)
+    code = score(score_argv, night)
+    from litmus_score.scoring.compare import EXIT_REGRESSION
+
+    if code in (EXIT_OK, EXIT_REGRESSION, EXIT_INCOMPLETE_INPUT):  # the night is published: the trend has it
+        from litmus_score.report.trend import refresh
+
+        refresh(root)
+    return code
 
 
 def compare(args) -> int:
@@ -319,6 +326,8 @@ def main(argv=None) -> int:
                                           "(flags: litmus-score nightly --help)", add_help=False)
     commands.add_parser("import", help="import agent logs into shards (litmus-score import FORMAT --help)",
                         add_help=False)
+    commands.add_parser("trend", help="the history of nights under an output root: trend.json, trend.html "
+                                        "(litmus-score trend --help)", add_help=False)
 
     if argv[:1] == ["score"]:
         return score(argv[1:])
@@ -336,6 +345,10 @@ def main(argv=None) -> int:
         from pipeline.show import main as show
 
         return show(argv[1:])
+    if argv[:1] == ["trend"]:
+        from litmus_score.report.trend import main as trend
+
+        return trend(argv[1:])
     args, beam_args = parser.parse_known_args(argv)
     if args.command == "demo":
         args.beam_args = beam_args

@@ -7,6 +7,7 @@ skip, unless LITMUS_REQUIRE_BROWSER=1 (CI), where they fail.
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import json
 import os
@@ -178,6 +179,14 @@ class Tab:
         if "exceptionDetails" in reply:
             raise AssertionError(f"{expression}: {reply['exceptionDetails']}")
         return reply["result"].get("value")
+
+    def screenshot(self, png: Path) -> np.ndarray:
+        """The whole page, beyond the window, as pixels in page coordinates (written to `png` too)."""
+        width, height = self.evaluate("[document.documentElement.scrollWidth, document.documentElement.scrollHeight]")
+        shot = self._call("Page.captureScreenshot", self._session, format="png", captureBeyondViewport=True,
+                          clip={"x": 0, "y": 0, "width": width, "height": height, "scale": 1})
+        Path(png).write_bytes(base64.b64decode(shot["data"]))
+        return read_png(png)
 
     def _call(self, method: str, session: str | None = None, **params) -> dict:
         self._last_id += 1

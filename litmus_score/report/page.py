@@ -18,23 +18,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from markupsafe import Markup, escape
-
-from pipeline import text
 from litmus_score.report.charts import Series, paired_bars
 from litmus_score.report.evidence import evidence_view, validity_view
-from litmus_score.report.jinja import environment
+from litmus_score.report.formats import NAME_CHARS, display
+from litmus_score.report.jinja import CSP, environment
 from litmus_score.scoring import contract
 from litmus_score.scoring.stats import wilson_interval
-
-CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 
 # Size bounds: a run may hold thousands of tools, tasks or shards and
 # megabyte-long names; the page stays readable and small.
 MAX_ROWS = 50
 MAX_GROUPS = 200
 MAX_CHART_GROUPS = 40
-NAME_CHARS = 80  # names: agents, runs, tools, tasks, reasons
 TEXT_CHARS = 240  # longer text: file paths, issues, comparison reasons
 CHART_CHARS = 36
 KEEP_CHARS = 32  # names up to this long stay on one line in tables
@@ -50,50 +45,6 @@ CATEGORY_ORDER = list(dict.fromkeys(contract.CATEGORIES[contract.COMMIT] + contr
 VERDICT_ORDER = ["allow", "deny", None]
 COMPARISON_ORDER = ["regression", "insufficient_data", "new_agent", "missing_agent", "ok"]
 MODE_LABELS = {"commit": "commit-time", "strict": "strict", "proposal": "proposal-time"}
-
-_NONE_HTML = Markup('<span class="none">none</span>')
-
-
-def display(value, limit: int = NAME_CHARS) -> str:
-    """A data string for display: non-printable characters escaped, cut at `limit` with an ellipsis."""
-    return text.display(value, limit)
-
-
-def _name(value, limit: int = NAME_CHARS):
-    """Like display(), but a missing value reads as a styled 'none'; the string is escaped by autoescape."""
-    return _NONE_HTML if value is None else display(value, limit)
-
-
-def _pct(rate) -> str:
-    return "n/a" if rate is None else f"{rate:.1%}"
-
-
-def _interval(ci) -> str:
-    return "" if not ci else f"{ci[0]:.1%}–{ci[1]:.1%}"
-
-
-def _bound(share) -> str:
-    """A small share with the precision its bound needs: 0.23%, 2.6%."""
-    return "n/a" if share is None else (f"{share:.2%}" if share < 0.01 else f"{share:.1%}")
-
-
-def _breakable(value) -> Markup:
-    """A name that may wrap after its underscores (category names in a narrow column)."""
-    return Markup("_<wbr>").join(escape(part) for part in display(value).split("_"))
-
-
-def _num(value) -> str:
-    return "—" if value is None else f"{value:,}"
-
-
-def _points(value) -> str:
-    """A difference of rates in percentage points, signed."""
-    return "n/a" if value is None else f"{value * 100:+.1f} pp"
-
-
-def _pvalue(value) -> str:
-    return "n/a" if value is None else ("< 0.001" if value < 0.001 else f"{value:.3f}")
-
 
 def _json(value) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False)
@@ -318,7 +269,4 @@ def render_report(metrics: dict, manifest: dict, comparison: dict | None = None,
     )
 
 
-_PAGE = environment(
-    name=_name, display=display, pct=_pct, interval=_interval, num=_num, points=_points, pvalue=_pvalue,
-    bound=_bound, breakable=_breakable,
-).get_template("report.html.j2")
+_PAGE = environment().get_template("report.html.j2")
