@@ -32,7 +32,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Param
 REPO = Path(__file__).resolve().parents[1]
 DAGS = REPO / "deploy" / "airflow"
 # litmus-score where a deployer would have it: a checkout and its environment.
-LITMUS_PYTHON = REPO / ".venv" / "bin" / "python"
+CHECKOUT_PYTHON = REPO / ".venv" / "bin" / "python"
 AGENT = "orca-8b"  # synthetic.AGENTS[3], whose misuse is planted on the second night
 
 
@@ -141,19 +141,19 @@ def harness(tmp_path_factory):
     """The metadata database, and runs/DATE/*.parquet for two nights; the second has a planted rise."""
     if os.environ.get("LITMUS_REQUIRE_AIRFLOW") == "1" and not os.environ.get("AIRFLOW__CORE__DAGS_FOLDER"):
         pytest.fail("make test-airflow sets AIRFLOW__CORE__DAGS_FOLDER to deploy/airflow")
-    if not LITMUS_PYTHON.exists():
-        pytest.fail(f"{LITMUS_PYTHON} is missing: make .venv/bin/.installed")
+    if not CHECKOUT_PYTHON.exists():
+        pytest.fail(f"{CHECKOUT_PYTHON} is missing: make .venv/bin/.installed")
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
     root = tmp_path_factory.mktemp("harness")
     for date, seed, planted in [("2026-11-30", 21, []), ("2026-12-01", 22, ["--plant-misuse", f"{AGENT}=2.0"])]:
-        subprocess.run([str(LITMUS_PYTHON), "-m", "pipeline", "generate", "--output", str(root / "runs" / date),
+        subprocess.run([str(CHECKOUT_PYTHON), "-m", "pipeline", "generate", "--output", str(root / "runs" / date),
                         "--trajectories", "6000", "--shards", "2", "--seed", str(seed), *planted],
                        check=True, capture_output=True)
     return root
 
 
 def run_night(dag, harness, logical_date, **params):
-    conf = {"environment": str(LITMUS_PYTHON), "input": str(harness / "runs" / "{date}" / "*.parquet"),
+    conf = {"environment": str(CHECKOUT_PYTHON), "input": str(harness / "runs" / "{date}" / "*.parquet"),
             "output_root": str(harness / "scores"), "policy": str(REPO / "configs" / "policy.yaml"),
             "runner": "FnApiRunner", **params}
     run = dag.test(logical_date=logical_date, run_conf=conf)
