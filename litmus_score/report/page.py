@@ -226,7 +226,7 @@ def _gap(groups, totals) -> dict | None:
     return {"totals": totals["gap"], "groups": [g for g in groups if g["gap"] and g["gap"]["calls"]]}
 
 
-def _sections(metrics, manifest, comparison, evidence, groups, groups_left, totals, mode_label) -> list:
+def _sections(metrics, inputs, comparison, evidence, groups, groups_left, totals, mode_label) -> list:
     slices = _slices(metrics["groups"], metrics["totals"])
     return [
         Section("baseline", "Since the baseline", "Baseline", "baseline.html.j2", _comparison(comparison)),
@@ -239,7 +239,7 @@ def _sections(metrics, manifest, comparison, evidence, groups, groups_left, tota
         Section("evidence", "Evidence", "Evidence", "evidence.html.j2", evidence_view(evidence, MAX_GROUPS)),
         Section("unscored", "Unscored trajectories", "Unscored", "unscored.html.j2", {"groups": groups}),
         Section("slices", "Slices", "Slices", "slices.html.j2", slices if slices["present"] else None),
-        Section("inputs", "Inputs", "Inputs", "inputs.html.j2", _inputs(metrics, manifest)),
+        Section("inputs", "Inputs", "Inputs", "inputs.html.j2", inputs),
     ]
 
 
@@ -253,7 +253,8 @@ def render_report(metrics: dict, manifest: dict, comparison: dict | None = None,
     table_groups = [dict(g, reasons=_unscored_reasons(g)[:MAX_ROWS], gap=_gap_table(g.get("adjudication_gap")))
                     for g in table_groups]
     totals = dict(totals, reasons=_unscored_reasons(totals)[:MAX_ROWS], gap=_gap_table(totals.get("adjudication_gap")))
-    sections = _sections(metrics, manifest, comparison, evidence, table_groups, groups_left, totals, mode_label)
+    inputs = _inputs(metrics, manifest)
+    sections = _sections(metrics, inputs, comparison, evidence, table_groups, groups_left, totals, mode_label)
     return _PAGE.render(
         csp=CSP,
         mode=mode,
@@ -262,7 +263,7 @@ def render_report(metrics: dict, manifest: dict, comparison: dict | None = None,
         runs_left=max(0, len(runs) - 5),
         agents=len({g["agent"] for g in groups} - {None}),
         totals=totals,
-        policy=_inputs(metrics, manifest)["policy"],
+        policy=inputs["policy"],
         sections=[section for section in sections if section.view is not None],
         limits={"rows": MAX_ROWS, "name": NAME_CHARS, "text": TEXT_CHARS, "keep": KEEP_CHARS,
                 "chart": MAX_CHART_GROUPS},
