@@ -27,7 +27,9 @@ from airflow.dag_processing.dagbag import DagBag  # noqa: E402
 from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOperator  # noqa: E402
 from airflow.providers.standard.sensors.python import PythonSensor  # noqa: E402
 from airflow.sdk import CronDataIntervalTimetable  # noqa: E402
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, ParamValidationError  # noqa: E402
+from airflow.sdk.exceptions import (  # noqa: E402
+    AirflowException, AirflowFailException, AirflowSensorTimeout, ParamValidationError,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 DAGS = REPO / "deploy" / "airflow"
@@ -205,6 +207,16 @@ def test_a_night_that_never_arrives_fails_the_sensor_loudly(dag, harness, caplog
     pattern = harness / "runs" / "2026-12-04" / "*.parquet"
     assert (f"litmus-score nightly 2026-12-04: the night's data did not arrive within 0:00:02 "
             f"(nothing matches {pattern})") in [r.getMessage() for r in caplog.records]
+
+
+def test_the_sensor_says_whether_the_night_is_late_or_could_not_be_looked_for(dag, module_of):
+    context = {"task": dag.get_task("wait_for_night"), "params": {"night": "2026-12-04", "wait_for": None,
+                                                                  "input": "gs://b/runs/{date}/*.parquet"}}
+    late = module_of["failure_message"]({**context, "exception": AirflowSensorTimeout("timed out")})
+    assert late == ("litmus-score nightly 2026-12-04: the night's data did not arrive within 4:00:00 "
+                    "(nothing matches gs://b/runs/2026-12-04/*.parquet)")
+    broken = module_of["failure_message"]({**context, "exception": PermissionError("403 on gs://b")})
+    assert broken == "litmus-score nightly 2026-12-04: could not look for gs://b/runs/2026-12-04/*.parquet: 403 on gs://b"
 
 
 @pytest.mark.parametrize("error, expected", [

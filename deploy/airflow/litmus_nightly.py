@@ -57,7 +57,7 @@ import pendulum
 from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOperator
 from airflow.providers.standard.sensors.python import PythonSensor
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
 JOB_FILE = str(Path(__file__).with_name("litmus_nightly_job.py"))
 # litmus-score's exit codes (pipeline/cli.py).
@@ -97,9 +97,11 @@ def failure_message(context) -> str:
     params = context["params"]
     night = params.get("night") or context["data_interval_start"].strftime("%Y-%m-%d")
     if context["task"].task_id == "wait_for_night":
+        pattern = (params.get("wait_for") or params["input"]).replace("{date}", night)
+        if not isinstance(context.get("exception"), AirflowSensorTimeout):
+            return f"litmus-score nightly {night}: could not look for {pattern}: {context.get('exception')}"
         waited = timedelta(seconds=context["task"].timeout)
-        return (f"litmus-score nightly {night}: the night's data did not arrive within {waited} "
-                f"(nothing matches {(params.get('wait_for') or params['input']).replace('{date}', night)})")
+        return f"litmus-score nightly {night}: the night's data did not arrive within {waited} (nothing matches {pattern})"
     code = exit_code(context.get("exception"))
     return f"litmus-score nightly {night}: {VERDICTS.get(code, 'the scoring job failed')} (exit code {code})"
 
