@@ -216,7 +216,8 @@ def test_the_sensor_says_whether_the_night_is_late_or_could_not_be_looked_for(da
     assert late == ("litmus-score nightly 2026-12-04: the night's data did not arrive within 4:00:00 "
                     "(nothing matches gs://b/runs/2026-12-04/*.parquet)")
     broken = module_of["failure_message"]({**context, "exception": PermissionError("403 on gs://b")})
-    assert broken == "litmus-score nightly 2026-12-04: could not look for gs://b/runs/2026-12-04/*.parquet: 403 on gs://b"
+    assert broken == ("litmus-score nightly 2026-12-04: could not look for gs://b/runs/2026-12-04/*.parquet: "
+                      "403 on gs://b")
 
 
 @pytest.mark.parametrize("error, expected", [

@@ -101,7 +101,8 @@ def failure_message(context) -> str:
         if not isinstance(context.get("exception"), AirflowSensorTimeout):
             return f"litmus-score nightly {night}: could not look for {pattern}: {context.get('exception')}"
         waited = timedelta(seconds=context["task"].timeout)
-        return f"litmus-score nightly {night}: the night's data did not arrive within {waited} (nothing matches {pattern})"
+        return (f"litmus-score nightly {night}: the night's data did not arrive within {waited} "
+                f"(nothing matches {pattern})")
     code = exit_code(context.get("exception"))
     return f"litmus-score nightly {night}: {VERDICTS.get(code, 'the scoring job failed')} (exit code {code})"
 
