@@ -16,15 +16,23 @@ import sys
 import tempfile
 
 from pipeline import text
-from litmus_score.scoring.validity import audit_rows
+from litmus_score.scoring.validity import CHANGED, HELD, TOO_FEW_CALLS, VERDICT_TOLERANCE, audit_rows
 
 HEADER = ("tool", "calls", "unfaithful", "no verdict", "verdict diff", "args diff", "principal diff",
-          "not realized", "faithful share (95% CI)", "over", "under", "proposal-time scoring")
+          "not realized", "faithful share (95% CI)", "over", "under", "proposal-time scoring",
+          "verdict changed (95% upper)", "verdict at commit")
+OUTCOMES = {HELD: "held", CHANGED: "changed", TOO_FEW_CALLS: "too few calls"}
 
 
 def _share(row) -> str:
     low, high = row["ci95"]
     return f"{row['faithful_share']:6.1%} [{low:.1%}, {high:.1%}]"
+
+
+def _changed(row) -> str:
+    if row["verdict"] is None:
+        return "n/a"
+    return f"{row['verdict_changed']} ({row['verdict_changed_share']:.2%}, <= {row['verdict_changed_upper']:.2%})"
 
 
 def audit_table(block: dict, tool_chars: int = 24) -> str:
@@ -34,7 +42,8 @@ def audit_table(block: dict, tool_chars: int = 24) -> str:
         return "no call could be audited: none of a complete trajectory with a commit and JSON-object arguments"
     lines = [
         f"{HEADER[0]:<{tool_chars}} {HEADER[1]:>7} {HEADER[2]:>10} {HEADER[3]:>10} {HEADER[4]:>12} {HEADER[5]:>9} "
-        f"{HEADER[6]:>14} {HEADER[7]:>12}  {HEADER[8]:<24} {HEADER[9]:>5} {HEADER[10]:>5}  {HEADER[11]}"
+        f"{HEADER[6]:>14} {HEADER[7]:>12}  {HEADER[8]:<24} {HEADER[9]:>5} {HEADER[10]:>5}  {HEADER[11]:<28}  "
+        f"{HEADER[12]:<28} {HEADER[13]}"
     ]
     for row in rows:
         lines.append(
@@ -42,11 +51,15 @@ def audit_table(block: dict, tool_chars: int = 24) -> str:
             f"{row['no_verdict']:>10} {row['verdict_diverged']:>12} {row['arguments_diverged']:>9} "
             f"{row['principal_diverged']:>14} {row['not_realized']:>12}  {_share(row):<24} "
             f"{row['over_flagged']:>5} {row['under_flagged']:>5}  "
-            f"{'valid on every observed call' if row['valid'] else 'not valid'}"
+            f"{'valid on every observed call' if row['valid'] else 'not valid':<28}  "
+            f"{_changed(row):<28} {OUTCOMES.get(row['verdict'], 'n/a')}"
         )
     valid = sum(row["valid"] for row in rows)
+    held = [text.display(row["tool"], tool_chars) for row in rows if row["verdict"] == HELD]
     lines += ["", f"{valid} of {len(rows)} tool(s) held on every observed call; a call counts under every "
-                  "divergence that applies (docs/outputs.md: the validity audit)."]
+                  "divergence that applies (docs/outputs.md: the validity audit).",
+              f"The verdict held at commit (at most {VERDICT_TOLERANCE:.0%} of calls changed, 95% upper bound) for "
+              f"{len(held)} of {len(rows)}{': ' + ', '.join(held) if held else ''}."]
     return "\n".join(lines)
 
 

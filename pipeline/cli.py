@@ -1,4 +1,4 @@
-"""litmus-score command line: score, nightly, import, compare, generate, demo, policy check.
+"""litmus-score command line: score, nightly, trend, import, compare, generate, demo, policy check.
 
 Exit codes: 0 done; 1 the pipeline failed; 2 bad invocation (one line on
 stderr); 3 done, and an agent's misuse rate regressed against the baseline
@@ -173,10 +173,11 @@ def score(argv, night=None) -> int:
         metrics, manifest = publish.read_run(config.output, complete=False)
         comparison = None
         if config.baseline:
-            from litmus_score.scoring.compare import compare_metrics
+            from litmus_score.scoring.compare import baseline_source, compare_metrics
 
             baseline = load_baseline_metrics(config.baseline, config.adjudication)
-            comparison = compare_metrics(metrics, baseline, config.thresholds)
+            source = baseline_source(config.baseline, publish.read_run(config.baseline)[1])
+            comparison = compare_metrics(metrics, baseline, config.thresholds, source)
         manifest = finish_run(config.output, metrics, manifest, comparison)
     except (UsageError, publish.PublishError) as error:  # the baseline or the run's own files changed under it
         print(f"litmus-score: {_error_line(error)}", file=sys.stderr)
@@ -204,10 +205,17 @@ def nightly(argv) -> int:
         return EXIT_USAGE
     if planned is None:  # --help
         return EXIT_OK
-    score_argv, night, baseline = planned
+    score_argv, night, baseline, root = planned
     print(f"litmus-score nightly {night['date']}: baseline "
           + (_printable(baseline) if baseline else "none (no earlier complete night in this mode)"))
-    return score(score_argv, night)
+    code = score(score_argv, night)
+    from litmus_score.scoring.compare import EXIT_REGRESSION
+
+    if code in (EXIT_OK, EXIT_REGRESSION, EXIT_INCOMPLETE_INPUT):  # the night is published: the trend has it
+        from litmus_score.report.trend import refresh
+
+        refresh(root)
+    return code
 
 
 def compare(args) -> int:
@@ -215,7 +223,7 @@ def compare(args) -> int:
     from apache_beam.io.filesystems import FileSystems
 
     from pipeline.publish import Lock, read_run
-    from litmus_score.scoring.compare import compare_metrics, load_thresholds
+    from litmus_score.scoring.compare import baseline_source, compare_metrics, load_thresholds
 
     try:
         thresholds = load_thresholds(args.thresholds) if args.thresholds else None
@@ -225,8 +233,8 @@ def compare(args) -> int:
         print(f"litmus-score: {_error_line(error)}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        (new, manifest), (old, _) = read_run(args.new), read_run(args.old)
-        comparison = compare_metrics(new, old, thresholds)
+        (new, manifest), (old, old_manifest) = read_run(args.new), read_run(args.old)
+        comparison = compare_metrics(new, old, thresholds, baseline_source(args.old, old_manifest))
         finish_run(args.new, new, manifest, comparison)
     except (OSError, ValueError) as error:  # mismatched documents are ValueErrors
         print(f"litmus-score: {_error_line(error)}", file=sys.stderr)
@@ -322,6 +330,8 @@ def main(argv=None) -> int:
                                           "(flags: litmus-score nightly --help)", add_help=False)
     commands.add_parser("import", help="import agent logs into shards (litmus-score import FORMAT --help)",
                         add_help=False)
+    commands.add_parser("trend", help="the history of nights under an output root: trend.json, trend.html "
+                                        "(litmus-score trend --help)", add_help=False)
 
     if argv[:1] == ["score"]:
         return score(argv[1:])
@@ -339,6 +349,10 @@ def main(argv=None) -> int:
         from pipeline.show import main as show
 
         return show(argv[1:])
+    if argv[:1] == ["trend"]:
+        from litmus_score.report.trend import main as trend
+
+        return trend(argv[1:])
     args, beam_args = parser.parse_known_args(argv)
     if args.command == "demo":
         args.beam_args = beam_args

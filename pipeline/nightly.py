@@ -78,7 +78,7 @@ def find_baseline(root: str, date: str, mode: str):
 
 
 def plan(argv):
-    """(score's argv, the night, the baseline folder or None); None after --help; UsageError."""
+    """(score's argv, the night, the baseline folder or None, the output root); None after --help; UsageError."""
     parser = _parser()
     args, rest = parser.parse_known_args(list(argv))
     if args.help:
@@ -102,4 +102,4 @@ def plan(argv):
     score_argv = [*(part for pattern in inputs for part in ("--input", pattern)),
                   "--output", FileSystems.join(root, NIGHT_PREFIX + date),
                   *(["--baseline", baseline] if baseline else []), *rest]
-    return score_argv, {"date": date, "inputs": inputs}, baseline
+    return score_argv, {"date": date, "inputs": inputs}, baseline, root

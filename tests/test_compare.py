@@ -13,6 +13,7 @@ from litmus_score.scoring.compare import (
     DEFAULT_THRESHOLDS,
     EXIT_REGRESSION,
     ThresholdsError,
+    baseline_source,
     compare_metrics,
     load_thresholds,
     mcnemar,
@@ -181,6 +182,22 @@ def test_planted_rise_flags_that_agent_alone():
     assert result["schema"] == "litmus-comparison/1" and result["adjudication"] == "commit"
     # Deterministic and serializable as it stands.
     assert json.dumps(result, sort_keys=True) == json.dumps(compare_metrics(new, old), sort_keys=True)
+
+
+def test_the_document_names_its_baseline_and_the_rules_that_changed():
+    old = {**counts(a=(1, 100)), "policy_sha256": "aa" * 32}
+    new = {**counts(a=(1, 100)), "policy_sha256": "bb" * 32}
+    old["groups"].append(group("n0", "a", misuse=1, scored=100))
+    result = compare_metrics(new, old, source=baseline_source("scores/date=2026-11-30", {"night": {
+        "date": "2026-11-30", "inputs": ["runs/2026-11-30/*.parquet"]}}))
+    assert result["baseline"] == {"folder": "scores/date=2026-11-30", "night": "2026-11-30", "runs": ["n0", "run"],
+                                  "spec": "litmus-metrics/1", "adjudication": "commit", "policy_sha256": "aa" * 32}
+    assert result["rules_changed"] == [{"rule": "policy_sha256", "new": "bb" * 32, "old": "aa" * 32}]
+    # Without a source (two documents in memory) the baseline is named by its runs and rules alone.
+    unnamed = compare_metrics(old, old)
+    assert unnamed["baseline"]["folder"] is None and unnamed["baseline"]["night"] is None
+    assert unnamed["rules_changed"] == []
+    assert baseline_source("out/manual", {})["night"] is None
 
 
 def test_unchanged_runs_exit_zero():

@@ -40,6 +40,12 @@ than `min_scored_trajectories` scored trajectories in either run gets
 `insufficient_data` and is never flagged; one present in only one document is
 `new_agent` or `missing_agent` and is never flagged either.
 
+The document names its baseline (`baseline`: the folder and night the
+caller read it from, its run_ids, and the rules it was scored under) and
+lists the rules that differ from the new run's (`rules_changed`). The rules
+are the spec's three (scoring-v1, "Comparing runs"): the spec version (the
+metrics schema), the adjudication mode and the policy's sha256.
+
 `load_thresholds` reads a file of at most 64 KiB with the policy files' safe
 YAML loader (no duplicate keys, no aliases) and validates it with pydantic
 (unknown fields are errors, types are strict); any fault but I/O raises
@@ -293,18 +299,46 @@ def _judge(new: _Pooled, old: _Pooled, thresholds: Thresholds) -> dict:
     return {**entry, "verdict": verdict, "reasons": reasons}
 
 
+# The rules a run was scored under: a rate compares with another's only when all three are equal.
+RULES = ("spec", "adjudication", "policy_sha256")
+
+
+def rules_of(metrics: Mapping) -> dict:
+    """The spec version (metrics schema), adjudication mode and policy sha256 of a metrics document."""
+    return {"spec": metrics.get("schema"), "adjudication": metrics.get("adjudication"),
+            "policy_sha256": metrics.get("policy_sha256")}
+
+
+def rules_changed(new: Mapping, old: Mapping) -> list:
+    """[{rule, new, old}] for each of RULES whose value differs between two rules_of() dicts."""
+    return [{"rule": rule, "new": new.get(rule), "old": old.get(rule)} for rule in RULES
+            if new.get(rule) != old.get(rule)]
+
+
+def baseline_source(folder: str, manifest: Mapping) -> dict:
+    """Where a baseline was read from: its folder and, for a night of `nightly`, its date."""
+    night = manifest.get("night")
+    return {"folder": folder, "night": night.get("date") if isinstance(night, Mapping) else None}
+
+
+def _runs(document: Mapping) -> list:
+    return sorted({group.get("run_id") for group in document["groups"]}, key=lambda run: (run is not None, run or ""))
+
+
 def _agent_order(agent):
     # A group without an agent (rows missing the field) sorts first.
     return (agent is not None, agent or "")
 
 
 def compare_metrics(
-    new: Mapping, old: Mapping, thresholds: Union[Thresholds, Mapping, None] = None
+    new: Mapping, old: Mapping, thresholds: Union[Thresholds, Mapping, None] = None,
+    source: Optional[Mapping] = None,
 ) -> dict:
     """The comparison.json document for two scoring-v1 metrics documents.
 
     `thresholds` is a Thresholds, a mapping to validate, or None for
-    DEFAULT_THRESHOLDS. ValueError when either document has an unknown
+    DEFAULT_THRESHOLDS; `source` where `old` was read from
+    (baseline_source()). ValueError when either document has an unknown
     schema or mode, or when their adjudication modes differ.
     """
     if thresholds is None:
@@ -334,6 +368,8 @@ def compare_metrics(
     return {
         "schema": COMPARISON_SCHEMA,
         "adjudication": new_mode,
+        "baseline": {"folder": None, "night": None, **(source or {}), "runs": _runs(old), **rules_of(old)},
+        "rules_changed": rules_changed(rules_of(new), rules_of(old)),
         "thresholds": thresholds.model_dump(mode="json", by_alias=True),
         "agents": entries,
         "regressions": regressions,
