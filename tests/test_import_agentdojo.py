@@ -68,7 +68,7 @@ def test_commit_time_agrees_with_agentdojo_security_and_proposal_time_does_not(l
         assert block["legacy_misuse"]["agreement"]["count"] == legacy_agrees
     assert groups["replay-refused"]["harness_agreement"]["agentdojo:security"]["legacy_misuse"]["ours_only"] == 2
     report = (outputs["commit"] / "report.html").read_text()
-    assert "The harness's own verdict beside ours" in report and "agentdojo:security" in report
+    assert 'id="harness"' in report and "agentdojo:security" in report
     shards = str(outputs["commit"] / "imported" / "trajectories" / "*.parquet")
     assert main(["audit", shards, "--policy", str(policy), *RUNNER]) == 0
     table = capsys.readouterr().out.split("The harness's own verdict beside ours")[1].splitlines()
