@@ -123,7 +123,8 @@ _OPERATOR_FIELDS = {
     "any": "any_", "all": "all_",
 }
 _GLOB_CHARACTERS = re.compile(r"[*?\[]")
-_MISSING = object()
+# What a path that does not resolve gives (null is a value).
+MISSING = object()
 # Errors are raised (and named in the file's one-line error), not logged to stderr.
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
@@ -191,18 +192,14 @@ def pattern_subject(value: str) -> bool:
 
 
 def resolve_path(subject, path: tuple):
-    """The value at `path` (a tuple of keys) inside `subject`, or _MISSING;
+    """The value at `path` (a tuple of keys) inside `subject`, or MISSING;
     the empty path is the subject itself."""
     value = subject
     for key in path:
-        value = value.get(key, _MISSING) if isinstance(value, dict) else _MISSING
-        if value is _MISSING:
+        value = value.get(key, MISSING) if isinstance(value, dict) else MISSING
+        if value is MISSING:
             break
     return value
-
-
-def is_missing(value) -> bool:
-    return value is _MISSING
 
 
 class _Model(BaseModel):
@@ -297,11 +294,11 @@ class ElementCondition(_Model):
         return self.holds(resolve_path(subject, self._path))
 
     def holds(self, value) -> Optional[bool]:
-        """The operator on the value `arg` resolved to (_MISSING if it did not)."""
+        """The operator on the value `arg` resolved to (MISSING if it did not)."""
         name = self._operator
         if name == "exists":
-            return (value is not _MISSING) == self.exists
-        if value is _MISSING:
+            return (value is not MISSING) == self.exists
+        if value is MISSING:
             return False
         if name in ("equals", "not_equals"):
             return (canonical_json(value) == self._expected) == (name == "equals")
@@ -372,18 +369,17 @@ class Rule(_Model):
     def is_glob(self) -> bool:
         return self.tool is not None and _GLOB_CHARACTERS.search(self.tool) is not None
 
-    def applies_to(self, tool, principal) -> bool:
-        """Whether the rule's tool and principal tests hold (its conditions aside)."""
+    def tool_matches(self, tool) -> bool:
         if self.is_glob:
-            if not isinstance(tool, str) or not glob_matches(self.tool, tool):
-                return False
-        elif self.tool is not None and tool != self.tool:
-            return False
+            return isinstance(tool, str) and glob_matches(self.tool, tool)
+        return self.tool is None or tool == self.tool
+
+    def principal_matches(self, principal) -> bool:
         return self.principal is None or self.principal.test(principal)
 
     def test(self, tool: str, arguments: dict, principal: str) -> Optional[bool]:
         """True when the rule matches, None when a condition could not be decided."""
-        if not self.applies_to(tool, principal):
+        if not (self.tool_matches(tool) and self.principal_matches(principal)):
             return False
         result = True
         for condition in self.when:
