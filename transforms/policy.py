@@ -110,15 +110,16 @@ def _glob_set(body: str) -> str:
 
 
 class Values:
-    """The values one path resolves to, for a list of subjects, sorted by kind."""
+    """The values one path resolves to, for a list of subjects, sorted by kind:
+    numpy and Arrow columns, and the values themselves for what they cannot hold."""
 
     def __init__(self, values: list):
         self.values = values
         self.kinds = np.fromiter((ABSENT if v is MISSING else _KINDS[type(v)] for v in values), np.int8, len(values))
         # Asked of the statement one at a time: what no column holds exactly.
         self.inexact = np.zeros(len(values), bool)
-        numbers = np.flatnonzero(self.kinds == NUMBER)
         self.numbers = np.full(len(values), np.nan)
+        numbers = np.flatnonzero(self.kinds == NUMBER)
         if len(numbers):
             picked = [values[i] for i in numbers.tolist()]
             big = np.fromiter((type(v) is int and not -_EXACT_INTEGERS <= v <= _EXACT_INTEGERS for v in picked),
@@ -129,7 +130,7 @@ class Values:
         if self.truth.any():
             where = np.flatnonzero(self.truth)
             self.truth[where] = [values[i] for i in where.tolist()]
-        self._strings = None
+        self.strings, self.lengths = self._strings()
 
     @classmethod
     def at(cls, subjects: list, path: tuple) -> "Values":
@@ -138,23 +139,38 @@ class Values:
             return cls([s.get(key, MISSING) for s in subjects])
         return cls([resolve_path(s, path) for s in subjects])
 
-    def strings(self) -> tuple:
-        """(string per value, null where none or not Unicode text; lengths in characters)."""
-        if self._strings is None:
-            where = np.flatnonzero(self.kinds == STRING)
-            texts = [self.values[i] for i in where.tolist()]
-            try:
-                array = pa.array(texts, pa.string())
-            except (UnicodeEncodeError, pa.ArrowException):  # a lone surrogate: UTF-8 cannot hold it
-                odd = np.array([not _encodes(text) for text in texts], bool)
-                self.inexact[where[odd]] = True
-                array = pa.array([None if bad else text for text, bad in zip(texts, odd.tolist())], pa.string())
-            full = pa.nulls(len(self.values), pa.string())
-            if len(where):
-                full = pc.replace_with_mask(full, pa.array(self.kinds == STRING), array)
-            lengths = np.asarray(pc.fill_null(pc.utf8_length(full), 0), np.int64)
-            self._strings = (full, lengths)
-        return self._strings
+    def _strings(self) -> tuple:
+        """(each string value, null where none or not Unicode text; its length in characters)."""
+        where = np.flatnonzero(self.kinds == STRING)
+        if not len(where):
+            return None, None
+        texts = [self.values[i] for i in where.tolist()]
+        try:
+            array = pa.array(texts, pa.string())
+        except (UnicodeEncodeError, pa.ArrowException):  # a lone surrogate: UTF-8 cannot hold it
+            odd = np.array([not _encodes(text) for text in texts], bool)
+            self.inexact[where[odd]] = True
+            array = pa.array([None if bad else text for text, bad in zip(texts, odd.tolist())], pa.string())
+        if len(where) < len(self.values):
+            array = pc.replace_with_mask(pa.nulls(len(self.values), pa.string()), pa.array(self.kinds == STRING), array)
+        return array, np.asarray(pc.fill_null(pc.utf8_length(array), 0), np.int64)
+
+
+class View:
+    """Some of the rows (`at`, None for all) of a Values."""
+
+    def __init__(self, values: Values, at: np.ndarray | None = None):
+        self.source, self.at = values, at
+        pick = (lambda column: column) if at is None else (lambda column: column[at])  # noqa: E731
+        self.kinds, self.numbers, self.truth = pick(values.kinds), pick(values.numbers), pick(values.truth)
+        self.inexact = pick(values.inexact)
+        self.lengths = None if values.lengths is None else pick(values.lengths)
+        self.strings = values.strings
+        if values.strings is not None and at is not None:
+            self.strings = values.strings.take(pa.array(at))
+
+    def value(self, i: int):
+        return self.source.values[i if self.at is None else self.at[i]]
 
 
 def _encodes(text: str) -> bool:
@@ -167,6 +183,9 @@ def _encodes(text: str) -> bool:
 
 def _mask(array) -> np.ndarray:
     return np.asarray(pc.fill_null(array, False), bool)
+
+
+_COMPARE = {"gt": np.greater, "ge": np.greater_equal, "lt": np.less, "le": np.less_equal}
 
 
 class _CompiledCondition:
@@ -186,78 +205,72 @@ class _CompiledCondition:
         if self.operator in ("equals", "not_equals", "in", "not_in"):
             expected = [canonical_json(operand)] if self.operator in ("equals", "not_equals") else {
                 canonical_json(item) for item in operand}
-            self.expected = set(expected)
-            scalars = {form for form in self.expected if form[0] in ("string", "number", "bool", "null")}
+            scalars = {form for form in expected if form[0] in ("string", "number", "bool", "null")}
             self.strings = pa.array(sorted(form[1] for form in scalars if form[0] == "string" and _encodes(form[1])),
                                     pa.string())
             self.numbers = np.array([form[1] for form in scalars if form[0] == "number" and _float_exact(form[1])],
                                     float)
             self.booleans = [form[1] for form in scalars if form[0] == "bool"]
             self.null = ("null",) in scalars
-            self.containers = any(form[0] in ("array", "object") for form in self.expected)
+            self.containers = any(form[0] in ("array", "object") for form in expected)
 
     def evaluate(self, subjects: list) -> np.ndarray:
         """The condition's result (FALSE, UNDECIDED, TRUE) for each subject."""
-        values = Values.at(subjects, self.path)
-        result = self._decide(values)
-        inexact = np.flatnonzero(values.inexact)
+        return self.decide(View(Values.at(subjects, self.path)))
+
+    def decide(self, view: View) -> np.ndarray:
+        """The result for each value of `view` (values of this condition's path)."""
+        result, inexact = self._decide(view)
+        inexact = np.flatnonzero(inexact | view.inexact)
         if len(inexact):
-            result[inexact] = [_code(self.condition.holds(values.values[i])) for i in inexact.tolist()]
+            result[inexact] = [_code(self.condition.holds(view.value(i))) for i in inexact.tolist()]
         return result
 
-    def _decide(self, values: Values) -> np.ndarray:
-        kinds, name = values.kinds, self.operator
-        result = np.zeros(len(kinds), np.int8)
+    def _decide(self, view: View) -> tuple:
+        """(result, values to ask the statement instead) on the columns of `view`."""
+        kinds, name = view.kinds, self.operator
+        result, inexact = np.zeros(len(kinds), np.int8), np.zeros(len(kinds), bool)
         if name == "exists":
             result[(kinds != ABSENT) == self.condition.exists] = TRUE
-            return result
-        if name in ("equals", "not_equals", "in", "not_in"):
-            equal = np.zeros(len(kinds), bool)
-            strings, _ = values.strings() if (kinds == STRING).any() else (None, None)
-            if strings is not None and len(self.strings):
-                equal |= _mask(pc.is_in(strings, value_set=self.strings))
-            equal |= (kinds == NUMBER) & np.isin(values.numbers, self.numbers)
+        elif name in ("equals", "not_equals", "in", "not_in"):
+            equal = (kinds == NUMBER) & np.isin(view.numbers, self.numbers)
+            if view.strings is not None and len(self.strings):
+                equal |= _mask(pc.is_in(view.strings, value_set=self.strings))
             for boolean in self.booleans:
-                equal |= (kinds == BOOL) & (values.truth == boolean)
+                equal |= (kinds == BOOL) & (view.truth == boolean)
             if self.null:
                 equal |= kinds == NULL
             holds = equal if name in ("equals", "in") else ~equal
             result[holds & (kinds != ABSENT)] = TRUE
             if self.containers:  # a list or an object equal to an expected one: the statement compares those
-                values.inexact |= np.isin(kinds, (LIST, OBJECT))
-            return result
-        if name in ("glob", "not_glob", "regex", "not_regex"):
-            if not (kinds == STRING).any():
-                return result
-            strings, lengths = values.strings()
+                inexact = (kinds == LIST) | (kinds == OBJECT)
+        elif name in ("glob", "not_glob", "regex", "not_regex"):
+            if view.strings is None:
+                return result, inexact
             if self.pattern is None:
-                values.inexact |= kinds == STRING
-                return result
-            found = _mask(pc.match_substring_regex(strings, self.pattern))
-            text = ~strings.is_null().to_numpy(zero_copy_only=False)
-            holds = found if not name.startswith("not_") else ~found
-            result[text & holds] = TRUE
-            result[text & (lengths > MAX_SUBJECT_LENGTH)] = UNDECIDED
-            return result
-        if name in LIST_OPERATORS:
+                return result, kinds == STRING
+            found = _mask(pc.match_substring_regex(view.strings, self.pattern))
+            text = (kinds == STRING) & ~view.inexact
+            result[text & (found != name.startswith("not_"))] = TRUE
+            result[text & (view.lengths > MAX_SUBJECT_LENGTH)] = UNDECIDED
+        elif name in LIST_OPERATORS:
             lists = np.flatnonzero(kinds == LIST)
-            if not len(lists):
-                return result
-            elements = [values.values[i] for i in lists.tolist()]
-            sizes = np.fromiter((len(e) for e in elements), np.int64, len(elements))
-            inner = self.inner.evaluate([item for element in elements for item in element])
-            starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-            filled = sizes > 0
-            reduce = np.maximum if name == "any" else np.minimum
-            per_list = np.full(len(lists), FALSE if name == "any" else TRUE, np.int8)
-            if filled.any():
-                per_list[filled] = reduce.reduceat(inner, starts[filled])
-            result[lists] = per_list
-            return result
-        numbers = kinds == NUMBER
-        compare = {"gt": np.greater, "ge": np.greater_equal, "lt": np.less, "le": np.less_equal}[name]
-        with np.errstate(invalid="ignore"):
-            result[numbers & compare(values.numbers, self.condition.operand)] = TRUE
+            if len(lists):
+                result[lists] = self._per_list([view.value(i) for i in lists.tolist()])
+        else:
+            with np.errstate(invalid="ignore"):
+                result[(kinds == NUMBER) & _COMPARE[name](view.numbers, self.condition.operand)] = TRUE
+        return result, inexact
+
+    def _per_list(self, lists: list) -> np.ndarray:
+        """`any` or `all` of the inner condition over each list's elements."""
+        sizes = np.fromiter((len(items) for items in lists), np.int64, len(lists))
+        inner = self.inner.evaluate([item for items in lists for item in items])
+        filled = sizes > 0
+        result = np.full(len(lists), FALSE if self.operator == "any" else TRUE, np.int8)
+        if filled.any():
+            starts = (np.cumsum(sizes) - sizes)[filled]
+            result[filled] = (np.maximum if self.operator == "any" else np.minimum).reduceat(inner, starts)
         return result
 
 
@@ -287,29 +300,60 @@ class CompiledPolicy:
     def __init__(self, document: PolicyDocument):
         self.document = document
         self._rules = [(rule, [_CompiledCondition(condition) for condition in rule.when]) for rule in document.rules]
+        # Tool or principal -> which rules apply (the principal's: and whether it is allowed), learnt per name.
+        self._by_tool, self._by_principal = {}, {}
 
     def __reduce__(self):
         return CompiledPolicy, (self.document,)
 
+    def _tool_row(self, tool) -> np.ndarray:
+        if tool not in self._by_tool:
+            self._by_tool[tool] = np.array([rule.tool_matches(tool) for rule, _ in self._rules], bool)
+        return self._by_tool[tool]
+
+    def _principal_row(self, principal) -> np.ndarray:
+        if principal not in self._by_principal:
+            allowed = self.document.principal_allowed(principal)
+            self._by_principal[principal] = np.array(
+                [allowed and rule.principal_matches(principal) for rule, _ in self._rules] + [allowed], bool)
+        return self._by_principal[principal]
+
     def rulings(self, tools: pa.Array, principals: pa.Array, arguments: list) -> np.ndarray:
         """The policy's ruling code (index into RULINGS) for each call, given
         its tool, principal and parsed resolved arguments (a dict)."""
-        document, n = self.document, len(arguments)
+        document = self.document
         tool_codes, tool_names = encode(tools)
         principal_codes, principal_names = encode(principals)
-        allowed = np.array([document.principal_allowed(p) for p in principal_names], bool)[principal_codes]
+        by_principal = np.array([self._principal_row(p) for p in principal_names], bool).reshape(
+            len(principal_names), len(self._rules) + 1)[principal_codes]
+        allowed = by_principal[:, -1]
+        # Rule r applies to call i: applies[r, i].
+        applies = (np.array([self._tool_row(t) for t in tool_names], bool).reshape(
+            len(tool_names), len(self._rules))[tool_codes] & by_principal[:, :-1]).T
+        # Each path is read once, for every call some rule reading it applies to.
+        readers = {}
+        for (_, conditions), calls in zip(self._rules, applies):
+            for condition in conditions:
+                readers[condition.path] = readers.get(condition.path, False) | calls
+        columns = {}
         state = np.where(allowed, FALSE, TRUE).astype(np.int8)
-        for rule, conditions in self._rules:
-            applies = (np.array([rule.tool_matches(t) for t in tool_names], bool)[tool_codes]
-                       & np.array([rule.principal_matches(p) for p in principal_names], bool)[principal_codes])
-            open_calls = np.flatnonzero(applies & (state < TRUE))
+        for (rule, conditions), calls in zip(self._rules, applies):
+            open_calls = np.flatnonzero(calls & (state < TRUE))
             matched = np.full(len(open_calls), TRUE, np.int8)
             for condition in conditions:
                 live = np.flatnonzero(matched > FALSE)
                 if not len(live):
                     break
-                subjects = [arguments[i] for i in open_calls[live].tolist()]
-                matched[live] = np.minimum(matched[live], condition.evaluate(subjects))
+                if condition.path not in columns:
+                    read = np.flatnonzero(readers[condition.path])
+                    position = np.full(len(arguments), -1)
+                    position[read] = np.arange(len(read))
+                    columns[condition.path] = (Values.at([arguments[i] for i in read.tolist()], condition.path),
+                                               position)
+                values, position = columns[condition.path]
+                at = position[open_calls[live]]
+                view = View(values, None if len(at) == len(values.kinds) else at)
+                matched[live] = np.minimum(matched[live], condition.decide(view))
             state[open_calls] = np.maximum(state[open_calls], matched)
         undenied = np.array([_RULING_CODES[document.undenied(t)] for t in tool_names], np.int8)[tool_codes]
         return np.select([state == TRUE, state == UNDECIDED], [_RULING_CODES[c.DENY], 0], undenied).astype(np.int8)
