@@ -133,8 +133,9 @@ class Values:
         self.strings, self.lengths = self._strings()
 
     @classmethod
-    def at(cls, subjects: list, path: tuple) -> "Values":
-        if len(path) == 1 and all(type(s) is dict for s in subjects):
+    def at(cls, subjects: list, path: tuple, objects: bool = False) -> "Values":
+        """The values at `path` in each subject (`objects`: every subject is a dict)."""
+        if len(path) == 1 and objects:
             key = path[0]
             return cls([s.get(key, MISSING) for s in subjects])
         return cls([resolve_path(s, path) for s in subjects])
@@ -320,7 +321,7 @@ class CompiledPolicy:
 
     def rulings(self, tools: pa.Array, principals: pa.Array, arguments: list) -> np.ndarray:
         """The policy's ruling code (index into RULINGS) for each call, given
-        its tool, principal and parsed resolved arguments (a dict)."""
+        its tool, principal and parsed resolved arguments (a dict, always)."""
         document = self.document
         tool_codes, tool_names = encode(tools)
         principal_codes, principal_names = encode(principals)
@@ -348,8 +349,8 @@ class CompiledPolicy:
                     read = np.flatnonzero(readers[condition.path])
                     position = np.full(len(arguments), -1)
                     position[read] = np.arange(len(read))
-                    columns[condition.path] = (Values.at([arguments[i] for i in read.tolist()], condition.path),
-                                               position)
+                    subjects = arguments if len(read) == len(arguments) else [arguments[i] for i in read.tolist()]
+                    columns[condition.path] = (Values.at(subjects, condition.path, objects=True), position)
                 values, position = columns[condition.path]
                 at = position[open_calls[live]]
                 view = View(values, None if len(at) == len(values.kinds) else at)

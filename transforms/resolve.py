@@ -3,8 +3,10 @@
 Every rule of litmus_score.scoring.rules.score_tool_call is computed here on whole
 columns: the verdicts, whether the environment realized the call, and every
 reason a call cannot be adjudicated in the mode. Python touches only the few
-texts the vectorized JSON check cannot settle (deeply nested or malformed)
-and, in strict mode, argument texts that differ byte for byte.
+texts the vectorized JSON check cannot settle (deeply nested or malformed),
+argument pairs that differ byte for byte (the validity audit compares them
+in every mode) and, with a policy, the resolved arguments it reads: each
+text is parsed once, and the parsed objects are shared (`judge`).
 tests/test_agreement.py proves the results equal the reference's.
 """
 
