@@ -33,10 +33,11 @@ from litmus_score.scoring.policy import (
     LIST_OPERATORS,
     MAX_SUBJECT_LENGTH,
     MISSING,
+    PATTERN_OPERATORS,
     PolicyDocument,
-    canonical_json,
     resolve_path,
 )
+from litmus_score.scoring.rules import canonical_json
 from transforms.columnar import encode
 
 FALSE, UNDECIDED, TRUE = np.int8(0), np.int8(1), np.int8(2)
@@ -245,7 +246,7 @@ class _CompiledCondition:
             result[holds & (kinds != ABSENT)] = TRUE
             if self.containers:  # a list or an object equal to an expected one: the statement compares those
                 inexact = (kinds == LIST) | (kinds == OBJECT)
-        elif name in ("glob", "not_glob", "regex", "not_regex"):
+        elif name in PATTERN_OPERATORS:
             if view.strings is None:
                 return result, inexact
             if self.pattern is None:
