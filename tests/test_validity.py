@@ -102,6 +102,7 @@ def test_the_pipeline_compares_json_as_the_reference_does(monkeypatch, pairs_per
 
     from litmus_score.scoring.rules import canonical_json, parse_json_object
     from transforms import resolve
+    from transforms.columnar import FlatCalls
 
     monkeypatch.setattr(resolve, "_PAIRS_PER_CHUNK", pairs_per_chunk)
     pairs = [('{"a": true}', '{"a": 1}', False), ('{"a": 1}', '{"a":1.0}', True),
@@ -116,5 +117,10 @@ def test_the_pipeline_compares_json_as_the_reference_does(monkeypatch, pairs_per
              ('{"a": -0.0}', '{"a": 0}', True), ('{"a": 1e2, "b": false}', '{"b": false, "a": 100}', True)]
     for left, right, same in pairs:  # the expectations are the reference's
         assert (canonical_json(parse_json_object(left)) == canonical_json(parse_json_object(right))) is same
-    left, right = (pa.array([pair[i] for pair in pairs]) for i in (0, 1))
-    assert resolve._same_json(left, right, np.ones(len(pairs), bool)).tolist() == [pair[2] for pair in pairs]
+    n = len(pairs)
+    contexts = [pa.StructArray.from_arrays([pa.array([pair[i] for pair in pairs]), pa.array(["agent"] * n)],
+                                           names=["resolved_arguments", "principal"]) for i in (0, 1)]
+    flat = FlatCalls(pa.StructArray.from_arrays([pa.array(["t"] * n), *contexts], names=["tool", "proposal", "commit"]),
+                     np.arange(n), n)
+    nobody = {"proposal": np.zeros(n, bool), "commit": np.zeros(n, bool)}
+    assert resolve.judge(flat, None, nobody, np.ones(n, bool)).same_arguments.tolist() == [pair[2] for pair in pairs]
