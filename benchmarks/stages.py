@@ -3,7 +3,7 @@
 Shows where a call's cost goes (docs/performance.md, "Where the time goes"); the
 whole pipeline adds Beam's bookkeeping, start-up and finishing the run.
 
-    python benchmarks/stages.py SHARD.parquet [...] [--batch_rows 4096] [--adjudication commit]
+    python benchmarks/stages.py SHARD.parquet [...] [--batch_rows 4096] [--adjudication commit] [--policy FILE]
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import time
 
 import apache_beam as beam
 
+from litmus_score.scoring.policy import load_policy
 from transforms.classify import ClassifyFn
 from transforms.completeness import CheckCompletenessFn
 from transforms.duplicates import HashKeysFn
@@ -39,9 +40,11 @@ def main(argv=None) -> None:
     parser.add_argument("shards", nargs="+")
     parser.add_argument("--batch_rows", type=int, default=DEFAULT_BATCH_ROWS)
     parser.add_argument("--adjudication", default="commit")
+    parser.add_argument("--policy", default=None, help="a policy file, as `score --policy`")
     args = parser.parse_args(argv)
+    policy = load_policy(args.policy) if args.policy else None
     read, complete = ReadShardFn(args.batch_rows), CheckCompletenessFn()
-    resolve, classify = ResolveContextsFn(args.adjudication), ClassifyFn(args.adjudication)
+    resolve, classify = ResolveContextsFn(args.adjudication, policy), ClassifyFn(args.adjudication)
     calls = 0
     with tempfile.TemporaryDirectory() as folder:
         for path in args.shards:

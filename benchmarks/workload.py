@@ -21,6 +21,12 @@ both reject.
 
 Columns are built as whole Arrow arrays and written shard by shard (one
 row group per shard), so memory stays bounded whatever the size.
+
+`imported=True` shapes the same trajectories as an importer writes them
+(litmus_score/importers): no recorded verdicts (the policy gives them all),
+and every JSON object text written by one serializer (sorted keys,
+compact), so the arguments, the proposal's and the commit's resolved
+arguments are byte-identical unless the call changed between them.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -127,7 +134,39 @@ def varied_batch(rng: np.random.Generator, first_index: int, size: int) -> pa.Ta
                                 schema=schema.TRAJECTORY)
 
 
-def generate(directory: str, calls: int, seed: int = 0) -> list[str]:
+def _one_serializer(texts: pa.Array) -> pa.Array:
+    """JSON object texts written again with sorted keys, compactly; other texts as they are."""
+    def rewrite(text):
+        try:
+            value = orjson.loads(text)
+        except (orjson.JSONDecodeError, TypeError):
+            return text
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode() if isinstance(value, dict) else text
+    return pa.array([rewrite(text) for text in texts.to_pylist()], pa.string())
+
+
+def imported_batch(table: pa.Table) -> pa.Table:
+    """`table` as an importer writes it: no recorded verdicts, one serializer for every argument text."""
+    trajectories = table.column("calls").combine_chunks()
+    calls = trajectories.values
+
+    def context(name, fields):
+        struct = calls.field(name)
+        children = {"resolved_arguments": _one_serializer(struct.field("resolved_arguments")),
+                    "policy_verdict": pa.nulls(len(struct), pa.string())}
+        return pa.StructArray.from_arrays([children.get(f.name, struct.field(f.name)) for f in fields],
+                                          fields=list(fields), mask=struct.is_null())
+
+    changed = {"arguments": _one_serializer(calls.field("arguments")),
+               "proposal": context("proposal", schema.CONTEXT), "commit": context("commit", schema.COMMIT)}
+    calls = pa.StructArray.from_arrays([changed.get(f.name, calls.field(f.name)) for f in schema.CALL],
+                                       fields=list(schema.CALL), mask=calls.is_null())
+    column = pa.ListArray.from_arrays(trajectories.offsets, calls, type=schema.TRAJECTORY.field("calls").type,
+                                      mask=trajectories.is_null())
+    return table.set_column(table.schema.get_field_index("calls"), "calls", column)
+
+
+def generate(directory: str, calls: int, seed: int = 0, imported: bool = False) -> list[str]:
     """Shards of about CALLS_PER_SHARD calls each, about `calls` in all (within 2%); returns their paths."""
     trajectories = math.ceil(calls / CALLS_PER_TRAJECTORY)
     shards = math.ceil(calls / CALLS_PER_SHARD)
@@ -137,6 +176,7 @@ def generate(directory: str, calls: int, seed: int = 0) -> list[str]:
     for shard, shard_seed in enumerate(np.random.SeedSequence(seed).spawn(shards)):
         begin, end = shard * trajectories // shards, (shard + 1) * trajectories // shards
         path = out / f"part-{shard:05d}-of-{shards:05d}.parquet"
-        pq.write_table(varied_batch(np.random.default_rng(shard_seed), begin, end - begin), str(path))
+        table = varied_batch(np.random.default_rng(shard_seed), begin, end - begin)
+        pq.write_table(imported_batch(table) if imported else table, str(path))
         paths.append(str(path))
     return paths

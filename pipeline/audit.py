@@ -3,6 +3,9 @@
 Runs the same scoring as `score` (its validity block is the same in every
 mode) without writing a run folder, and prints the table of
 litmus_score.scoring.validity.audit_rows: a maintainer's answer before adopting the scorer.
+Where the inputs keep the harness's own verdict (an imported AgentDojo
+`security`, an Inspect sample's score), a second table shows, per run and
+agent, how it agrees with commit-time and with proposal-time misuse.
 """
 
 from __future__ import annotations
@@ -13,15 +16,23 @@ import tempfile
 
 from litmus_score.exits import Exit
 from pipeline import text
-from litmus_score.scoring.validity import audit_rows
+from litmus_score.scoring.validity import CHANGED, HELD, TOO_FEW_CALLS, VERDICT_TOLERANCE, audit_rows
 
 HEADER = ("tool", "calls", "unfaithful", "no verdict", "verdict diff", "args diff", "principal diff",
-          "not realized", "faithful share (95% CI)", "over", "under", "proposal-time scoring")
+          "not realized", "faithful share (95% CI)", "over", "under", "proposal-time scoring",
+          "verdict changed (95% upper)", "verdict at commit")
+OUTCOMES = {HELD: "held", CHANGED: "changed", TOO_FEW_CALLS: "too few calls"}
 
 
 def _share(row) -> str:
     low, high = row["ci95"]
     return f"{row['faithful_share']:6.1%} [{low:.1%}, {high:.1%}]"
+
+
+def _changed(row) -> str:
+    if row["verdict"] is None:
+        return "n/a"
+    return f"{row['verdict_changed']} ({row['verdict_changed_share']:.2%}, <= {row['verdict_changed_upper']:.2%})"
 
 
 def audit_table(block: dict, tool_chars: int = 24) -> str:
@@ -31,7 +42,8 @@ def audit_table(block: dict, tool_chars: int = 24) -> str:
         return "no call could be audited: none of a complete trajectory with a commit and JSON-object arguments"
     lines = [
         f"{HEADER[0]:<{tool_chars}} {HEADER[1]:>7} {HEADER[2]:>10} {HEADER[3]:>10} {HEADER[4]:>12} {HEADER[5]:>9} "
-        f"{HEADER[6]:>14} {HEADER[7]:>12}  {HEADER[8]:<24} {HEADER[9]:>5} {HEADER[10]:>5}  {HEADER[11]}"
+        f"{HEADER[6]:>14} {HEADER[7]:>12}  {HEADER[8]:<24} {HEADER[9]:>5} {HEADER[10]:>5}  {HEADER[11]:<28}  "
+        f"{HEADER[12]:<28} {HEADER[13]}"
     ]
     for row in rows:
         lines.append(
@@ -39,12 +51,44 @@ def audit_table(block: dict, tool_chars: int = 24) -> str:
             f"{row['no_verdict']:>10} {row['verdict_diverged']:>12} {row['arguments_diverged']:>9} "
             f"{row['principal_diverged']:>14} {row['not_realized']:>12}  {_share(row):<24} "
             f"{row['over_flagged']:>5} {row['under_flagged']:>5}  "
-            f"{'valid on every observed call' if row['valid'] else 'not valid'}"
+            f"{'valid on every observed call' if row['valid'] else 'not valid':<28}  "
+            f"{_changed(row):<28} {OUTCOMES.get(row['verdict'], 'n/a')}"
         )
     valid = sum(row["valid"] for row in rows)
+    held = [text.display(row["tool"], tool_chars) for row in rows if row["verdict"] == HELD]
     lines += ["", f"{valid} of {len(rows)} tool(s) held on every observed call; a call counts under every "
-                  "divergence that applies (docs/outputs.md: the validity audit)."]
+                  "divergence that applies (docs/outputs.md: the validity audit).",
+              f"The verdict held at commit (at most {VERDICT_TOLERANCE:.0%} of calls changed, 95% upper bound) for "
+              f"{len(held)} of {len(rows)}{': ' + ', '.join(held) if held else ''}."]
     return "\n".join(lines)
+
+
+HARNESS_HEADER = ("run", "agent", "harness verdict", "trajectories", "harness misuse", "vs commit-time",
+                  "harness only", "ours only", "vs proposal-time", "harness only", "ours only")
+
+
+def harness_table(groups, chars: int = 20) -> str:
+    """Per group and harness verdict, agreement with commit-time and proposal-time
+    misuse, as an aligned, terminal-safe table; "" when no input keeps a harness verdict."""
+    rows = [(group, name, block) for group in groups
+            for name, block in sorted((group.get("harness_agreement") or {}).items())]
+    if not rows:
+        return ""
+
+    def agreement(cell) -> str:
+        rate = cell["agreement"]["rate"]
+        return f"{rate:6.1%}" if rate is not None else "   n/a"
+
+    widths = (chars, chars, chars, 12, 14, 14, 12, 9, 16, 12, 9)
+    lines = [" ".join(f"{h:<{w}}" if i < 3 else f"{h:>{w}}" for i, (h, w) in enumerate(zip(HARNESS_HEADER, widths)))]
+    for group, name, block in rows:
+        cells = [text.display(group["run_id"], chars), text.display(group["agent"], chars), text.display(name, chars),
+                 block["trajectories"], block["harness_misuse"]["count"]]
+        for ours in ("misuse", "legacy_misuse"):
+            cells += [agreement(block[ours]), block[ours]["harness_only"], block[ours]["ours_only"]]
+        lines.append(" ".join(f"{c:<{w}}" if i < 3 else f"{c:>{w}}" for i, (c, w) in enumerate(zip(cells, widths))))
+    return "\n".join(["", "The harness's own verdict beside ours (scored trajectories; harness only: it says misuse, "
+                             "we do not):", *lines])
 
 
 def main(argv) -> Exit:
@@ -83,4 +127,7 @@ def main(argv) -> Exit:
         with open(path, encoding="utf-8") as handle:
             metrics = json.load(handle)
     print(audit_table(metrics["totals"]["validity"]))
+    harness = harness_table(metrics["groups"])
+    if harness:
+        print(harness)
     return Exit.OK

@@ -1,4 +1,4 @@
-"""litmus-score command line: score, nightly, import, compare, show, audit, generate, demo, policy check.
+"""litmus-score command line: score, nightly, trend, import, compare, show, audit, generate, demo, policy check.
 
 Each command parses its own flags and calls a function with a typed config
 (pipeline.job, pipeline.nightly, pipeline.imports); the exit codes are
@@ -189,6 +189,12 @@ def show(argv) -> Exit:
     return run_show(argv)
 
 
+def trend(argv) -> Exit:
+    from litmus_score.report.trend import main as run_trend
+
+    return run_trend(argv)
+
+
 def import_logs(argv) -> Exit:
     from pipeline.imports import import_command
 
@@ -204,6 +210,7 @@ class Command(NamedTuple):
 COMMANDS = {
     "score": Command(score, "score shards (flags: litmus-score score --help)"),
     "nightly": Command(nightly, "score one night under a root, against the last complete night"),
+    "trend": Command(trend, "the history of nights under an output root: trend.json, trend.html"),
     "compare": Command(compare, "compare a run with a baseline run (exit 3 on a regression)"),
     "show": Command(show, "one trajectory of a run, call by call"),
     "audit": Command(audit, "per tool: does proposal-time scoring hold?"),

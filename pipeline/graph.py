@@ -4,9 +4,14 @@
          |  \\____ Find duplicates ___/          |                    |                 |
          |                 +------ unscored -----+--------------------+---> Write outputs <-- scored, metrics, manifest
          +---- shard reports (the input accounting) ----------------------------^
+
+Where inputs keep the harness's own verdict, the scored trajectories meet it
+on their way to the metrics (transforms.harness).
 """
 
 from __future__ import annotations
+
+import ctypes
 
 import apache_beam as beam
 import pyarrow as pa
@@ -19,9 +24,10 @@ from transforms.classify import Classify, unscored_statistics
 from transforms.completeness import CheckCompleteness
 from transforms.duplicates import FindDuplicates, SetAsideDuplicates
 from transforms.evidence import CollectEvidence
+from transforms.harness import CompareWithHarness
 from transforms.metrics import ComputeMetrics
 from transforms.elements import Tag
-from transforms.read import DEFAULT_BATCH_ROWS, ReadShards
+from transforms.read import DEFAULT_BATCH_ROWS, NoVerdictSource, ReadShards, shards_without_verdicts
 from transforms.records import failed_batch_to_unscored
 from transforms.resolve import ResolveContexts
 from transforms.write import WriteOutputs
@@ -35,11 +41,13 @@ class ScoreTrajectories(beam.PTransform):
     `metrics` and `evidence` hold the single metrics.json and evidence.json
     documents. `policy` (a litmus_score.scoring.policy.PolicyDocument) decides where no
     verdict was recorded; `bounds` says when a trajectory is too_large,
-    `max_slice_keys` how many names a slice of metrics.json keeps.
+    `max_slice_keys` how many names a slice of metrics.json keeps,
+    `max_groups` how many (run_id, agent) groups.
     """
 
     def __init__(self, inputs, mode: str = c.COMMIT, batch_rows: int = DEFAULT_BATCH_ROWS, policy=None,
-                 bounds: Bounds = DEFAULT_BOUNDS, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS):
+                 bounds: Bounds = DEFAULT_BOUNDS, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS,
+                 max_groups: int = m.DEFAULT_MAX_GROUPS):
         super().__init__()
         self._read = ReadShards(inputs, batch_rows, bounds.max_text_bytes)
         self._mode = mode  # checked by the stages that use it
@@ -48,6 +56,7 @@ class ScoreTrajectories(beam.PTransform):
         if max_slice_keys < 1:
             raise ValueError(f"Invalid max_slice_keys: must be positive, got {max_slice_keys}")
         self._max_slice_keys = max_slice_keys
+        self._max_groups = max_groups
 
     @property
     def shards(self) -> list:
@@ -83,6 +92,7 @@ class ScoreTrajectories(beam.PTransform):
             resolved[Tag.VALIDITY],
             distinct[Tag.STATS],
             reports | "Count inputs" >> beam.Map(m.input_statistics),
+            classified[Tag.TRAJECTORIES] | "Harness verdicts" >> CompareWithHarness(self._read.shards),
         ] + [
             records | f"Count {name} unscored" >> beam.Map(unscored_statistics) for name, records in unscored.items()
         ] | "Gather statistics" >> beam.Flatten()
@@ -92,9 +102,20 @@ class ScoreTrajectories(beam.PTransform):
             "trajectories": classified[Tag.TRAJECTORIES],
             "evidence": classified[Tag.EVIDENCE] | "Evidence" >> CollectEvidence(),
             "unscored": unscored,
-            "metrics": statistics | "Metrics" >> ComputeMetrics(self._mode, policy_sha256, self._max_slice_keys),
+            "metrics": statistics | "Metrics" >> ComputeMetrics(self._mode, policy_sha256, self._max_slice_keys,
+                                                                  self._max_groups),
             "shard_reports": reports,
         }
+
+
+def check_verdict_source(shards, policy, accept_no_verdict: bool = False) -> None:
+    """NoVerdictSource when no policy is given and some shard records no
+    verdict (an import of agent logs): every call of theirs would be
+    no_verdict, which `accept_no_verdict` asks for."""
+    if policy is None and not accept_no_verdict:
+        paths = shards_without_verdicts(shards)
+        if paths:
+            raise NoVerdictSource(paths)
 
 
 def build(pipeline: beam.Pipeline, config, manifest_header: dict, finish=None) -> int:
@@ -104,9 +125,24 @@ def build(pipeline: beam.Pipeline, config, manifest_header: dict, finish=None) -
     metrics.json and the manifest are written (pipeline.job.PublishStep:
     the job publishes itself)."""
     score = ScoreTrajectories(config.inputs, config.mode, config.batch_rows, config.policy,
-                              config.bounds, config.max_slice_keys)
+                              config.bounds, config.max_slice_keys, config.max_groups)
+    check_verdict_source(score.shards, config.policy, config.accept_no_verdict)
     outputs = pipeline | "Score trajectories" >> score
     written = outputs | "Write outputs" >> WriteOutputs(config.output, manifest_header)
     if finish is not None:
         written | "Publish the run" >> beam.Map(finish)
+    _settle_memory()
     return len(score.shards)
+
+
+def _settle_memory() -> None:
+    """For the run in this process (DirectRunner's workers are its threads):
+    most of a run's peak RSS is what allocators keep after frees; jemalloc for
+    Arrow's buffers and two glibc arenas for everything else keep less, at no
+    CPU cost (docs/performance.md)."""
+    if "jemalloc" in pa.supported_memory_backends():
+        pa.set_memory_pool(pa.jemalloc_memory_pool())
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-8, 2)  # M_ARENA_MAX: arenas made from now on
+    except (OSError, AttributeError):
+        pass  # not glibc

@@ -1,7 +1,8 @@
 """`litmus-score import FORMAT LOGS... --output DIR`, and `score --input-format FORMAT`.
 
-Exit codes as `score`'s (litmus_score.exits): 4 when some log file could not
-be imported (import-manifest.json names it and its fault).
+Exit codes as `score`'s (litmus_score.exits): 4 when some input was not
+imported: a log file, or a unit or call of one that no trajectory accounts
+for (import-manifest.json names it and its fault).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class ImportConfig:
     output: str
     principal: str
     beam: PipelineOptions
+    harness_verdict: Optional[str] = None
 
 
 def _version(distribution: str) -> Optional[str]:
@@ -52,6 +54,9 @@ def _add_import_flags(parser) -> None:
     parser.add_argument("--principal", default=DEFAULT_PRINCIPAL,
                         help=f"acting identity where the log names none (default {DEFAULT_PRINCIPAL!r}); "
                              "the manifest counts which calls took it")
+    parser.add_argument("--harness-verdict", default=None, metavar="[not:]SCORER[.KEY]",
+                        help="Inspect logs: the sample score that is the harness's own verdict of misuse (true: "
+                             "misuse happened; not: true means safe), kept beside ours and compared in the report")
 
 
 def summary(manifest: dict, output: str) -> str:
@@ -60,9 +65,17 @@ def summary(manifest: dict, output: str) -> str:
              f"{manifest['units']} -> {totals['trajectories']} trajectories with {totals['calls']} calls; "
              f"{totals['unmapped']} entries unmapped"]
     lines += [f"  unmapped {text.shown(reason)}: {n}" for reason, n in totals["unmapped_by_reason"].items()]
+    if totals["calls_unmapped"]:
+        lines.append(f"  {totals['calls_unmapped']} call(s) the logs show are not in their trajectory's calls: "
+                     "counted in its call_count, so scoring leaves it unscored (call_count_mismatch)")
+    lost = totals["not_imported"]
+    if any(lost.values()):
+        lines.append(f"  not imported: {lost['units']} {manifest['units']}, {lost['calls']} call(s) of no trajectory")
     principal = manifest["principal"]
-    lines.append(f"  principal: {principal['source']['log']} call(s) from the log, {principal['source']['default']} "
-                 f"the default {text.shown(principal['default'])!r}")
+    for context in ("proposal", "commit"):
+        source = principal["source"][context]
+        lines.append(f"  {context} principal: {source['log']} from the log, {source['default']} "
+                     f"the default {text.shown(principal['default'])!r}")
     for report in manifest["files"]:
         if report["error"]:
             lines.append(f"error: {text.shown(report['file'])} not imported: {text.shown(report['error'])}")
@@ -84,8 +97,8 @@ def build_import(config: ImportConfig):
         raise UsageError(f"importing {config.log_format} logs needs {module.LIBRARY}: "
                          f"pip install 'litmus-score[{_EXTRAS[config.log_format]}]'")
     try:
-        logs_transform = p.ImportLogs(config.log_format, config.logs, config.principal)
-    except ValueError as error:  # NoMatchingLogs, an empty principal
+        logs_transform = p.ImportLogs(config.log_format, config.logs, config.principal, config.harness_verdict)
+    except ValueError as error:  # NoMatchingLogs, an empty principal, a harness verdict it cannot read
         raise UsageError(str(error)) from None
     header = {
         "schema": "litmus-import-manifest/1",
@@ -96,6 +109,7 @@ def build_import(config: ImportConfig):
         "apache_beam": beam.__version__,
         "logs": list(config.logs),
         "principal": {"default": config.principal},
+        "harness_verdict": config.harness_verdict,
         # contract field <- log field; null: the source does not record it.
         "observes": module.OBSERVES,
     }
@@ -109,6 +123,7 @@ def run_import(config: ImportConfig, pipeline) -> tuple:
     """Runs the import job into its claimed folder; (exit code, manifest). Failed if it did not finish."""
     from apache_beam.io.filesystems import FileSystems
 
+    from litmus_score.importers import pipeline as p
     from pipeline import job
 
     job.execute(pipeline)
@@ -116,7 +131,7 @@ def run_import(config: ImportConfig, pipeline) -> tuple:
         with FileSystems.open(FileSystems.join(config.output, MANIFEST_FILE)) as handle:
             manifest = json.loads(handle.read().decode("utf-8"))
     print(summary(manifest, config.output))
-    return (Exit.INCOMPLETE_INPUT if manifest["failed_files"] else Exit.OK), manifest
+    return (Exit.INCOMPLETE_INPUT if p.incomplete(manifest) else Exit.OK), manifest
 
 
 class _Parser(argparse.ArgumentParser):
@@ -139,7 +154,7 @@ def import_command(argv) -> Exit:
     args, beam_args = parser.parse_known_args(argv)
     try:
         config = ImportConfig(args.format, tuple(args.logs), folder_name(args.output), args.principal,
-                              beam_options(beam_args))
+                              beam_options(beam_args), args.harness_verdict)
         pipeline = build_import(config)
         lock = publish.claim(config.output, args.replace, kind=IMPORT)
     except (UsageError, publish.PublishError) as error:
@@ -163,6 +178,7 @@ def import_and_score(argv) -> Exit:
 
     from litmus_score.scoring.layout import IMPORTED_DIR
     from pipeline import job, publish
+    from transforms.read import NoVerdictSource
 
     parser = _Parser(prog="litmus-score score", add_help=False)
     parser.add_argument("--input-format", choices=FORMATS, required=True)
@@ -175,10 +191,13 @@ def import_and_score(argv) -> Exit:
         imported = FileSystems.join(output, IMPORTED_DIR)
         config, baseline = job.configure(rest, inputs=[FileSystems.join(imported, TRAJECTORIES_DIR, "*.parquet")],
                                          output=output)
-        import_config = ImportConfig(args.input_format, tuple(args.inputs), imported, args.principal, config.beam)
+        if config.policy is None and not config.accept_no_verdict:  # logs record no verdict: stop before importing
+            raise NoVerdictSource(args.inputs)
+        import_config = ImportConfig(args.input_format, tuple(args.inputs), imported, args.principal, config.beam,
+                                     args.harness_verdict)
         pipeline = build_import(import_config)
         lock = publish.claim(output, config.replace)
-    except (UsageError, publish.PublishError) as error:
+    except (UsageError, publish.PublishError, NoVerdictSource) as error:
         text.error(error)
         return Exit.USAGE
     try:

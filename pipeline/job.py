@@ -20,7 +20,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from litmus_score.exits import Exit, Terminated, of_run, of_stop, stop_name
 from litmus_score.scoring.layout import (
-    COMPARISON_FILE, COMPARISON_MANIFEST_SCHEMA, EVIDENCE_FILE, LOCK_FILE, MANIFEST_SCHEMA, REPORT_FILE,
+    COMPARISON_FILE, COMPARISON_MANIFEST_SCHEMA, EVIDENCE_FILE, LOCK_FILE, MANIFEST_SCHEMA, OTHER, REPORT_FILE,
 )
 from pipeline import graph, publish, text
 from pipeline.flags import beam_options
@@ -28,7 +28,7 @@ from pipeline.options import RunConfig, validate
 from pipeline.processes import workers_die_with_launcher
 from pipeline.progress import ProgressLine, runs_in_process
 from transforms.files import to_json
-from transforms.read import NoMatchingShards
+from transforms.read import NoMatchingShards, NoVerdictSource
 
 
 def package_version() -> str:
@@ -54,6 +54,10 @@ def summary(metrics: dict, manifest: dict, output: str) -> str:
     if trajectories["duplicates_dropped"]:
         lines.append(f"{trajectories['duplicates_dropped']} duplicate(s) dropped: identical copies of a "
                      "(run_id, trajectory_id) counted once")
+    other = next((g for g in metrics["groups"] if g["run_id"] == g["agent"] == OTHER), None)
+    if other is not None:
+        lines.append(f"more (run_id, agent) groups than --max_groups: {len(metrics['groups']) - 1} kept, "
+                     f"the rest ({other['trajectories']['input']} trajectories) summed under run_id and agent {OTHER}")
     if inputs["rows_read"] < inputs["rows_declared"]:
         lines.append(f"{inputs['rows_declared'] - inputs['rows_read']} row(s) that files declare could not be read")
     lines.append("")
@@ -82,7 +86,8 @@ def comparison_lines(comparison: dict) -> list:
     if comparison["withheld"]:
         return ["since the baseline: no verdict, the runs were scored under different rules "
                 "(docs/nightly.md, comparing like with like):",
-                *(f"  {text.display(line, text.ERROR_CHARS)}" for line in comparison["withheld"])]
+                *(f"  {text.display(change['rule'], text.TERMINAL_CHARS)} differs: new {change['new']!r}, "
+                  f"old {change['old']!r}" for change in comparison["rules_changed"])]
     lines = [f"since the baseline ({len(comparison['agents'])} agent(s)):"]
     for agent in comparison["agents"]:
         lines.append(f"  {text.shown(agent['agent'])}: {agent['verdict']}"
@@ -130,7 +135,7 @@ def compare_with(baseline: publish.Run, metrics: dict, thresholds=None) -> dict:
     """comparison.json: `metrics` against the pinned baseline, which it names."""
     from litmus_score.scoring.compare import compare_metrics
 
-    return {**compare_metrics(metrics, baseline.metrics, thresholds), "baseline": baseline.identity()}
+    return compare_metrics(metrics, baseline.metrics, thresholds, baseline.identity())
 
 
 def comparison_manifest(new: publish.Run, old: publish.Run) -> dict:
@@ -222,7 +227,7 @@ def run(config: RunConfig, baseline: Optional[publish.Run] = None, night: Option
         # Globs are matched here, once, before any work is launched or the output is touched.
         shard_count = graph.build(pipeline, config, manifest_header(config, night))
         lock = claimed or publish.claim(config.output, config.replace, night)
-    except (NoMatchingShards, publish.PublishError) as error:
+    except (NoMatchingShards, NoVerdictSource, publish.PublishError) as error:
         text.error(error)
         return Exit.USAGE
     try:
@@ -255,7 +260,7 @@ def submit(config: RunConfig, baseline: Optional[publish.Run] = None, night: Opt
         pipeline = beam.Pipeline(options=config.beam)
         graph.build(pipeline, config, manifest_header(config, night), finish=PublishStep(config, baseline))
         lock = publish.claim(config.output, config.replace, night)
-    except (ValueError, NoMatchingShards) as error:  # an unknown runner, no match, PublishError
+    except ValueError as error:  # an unknown runner, NoMatchingShards, NoVerdictSource, PublishError
         text.error(error)
         return Exit.USAGE
     try:

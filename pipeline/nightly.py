@@ -29,6 +29,8 @@ from litmus_score.scoring.layout import NIGHT_PREFIX
 
 # Chosen by `nightly` itself.
 _CHOSEN = ("--output", "--baseline")
+# Exit codes of a night that was published.
+PUBLISHED = (Exit.OK, Exit.REGRESSION, Exit.INCOMPLETE_INPUT, Exit.WITHHELD)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -80,7 +82,8 @@ def find_baseline(root: str, date: str) -> Optional[Run]:
 
 
 def plan(argv):
-    """(the run's config, the night, the pinned baseline or None); None after --help; UsageError."""
+    """(the run's config, the night, the pinned baseline or None, the output root); None after --help;
+    UsageError."""
     parser = _parser()
     args, rest = parser.parse_known_args(list(argv))
     if args.help:
@@ -100,7 +103,7 @@ def plan(argv):
     baseline = find_baseline(root, date)
     if baseline is not None:
         config = dataclasses.replace(config, baseline=baseline.folder)
-    return config, {"date": date, "inputs": inputs}, baseline
+    return config, {"date": date, "inputs": inputs}, baseline, root
 
 
 def main(argv) -> Exit:
@@ -114,7 +117,17 @@ def main(argv) -> Exit:
         return Exit.USAGE
     if planned is None:  # --help
         return Exit.OK
-    config, night, baseline = planned
+    config, night, baseline, root = planned
     print(f"litmus-score nightly {night['date']}: baseline "
           + (text.shown(baseline.folder) if baseline else "none (no earlier complete night)"))
-    return job.run(config, baseline, night)
+    code = job.run(config, baseline, night)
+    if code in PUBLISHED:
+        after_publishing(root)
+    return code
+
+
+def after_publishing(root: str) -> None:
+    """What follows a night published under `root`: the history of nights is refreshed."""
+    from litmus_score.report.trend import refresh
+
+    refresh(root)

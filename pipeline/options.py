@@ -10,7 +10,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from litmus_score.scoring import contract as c
 from litmus_score.scoring.layout import OTHER
-from litmus_score.scoring.metrics import DEFAULT_MAX_SLICE_KEYS
+from litmus_score.scoring.metrics import DEFAULT_MAX_GROUPS, DEFAULT_MAX_SLICE_KEYS
 from litmus_score.scoring.trajectory import DEFAULT_BOUNDS, MAX_JSON_DEPTH_LIMIT, Bounds
 from transforms.read import DEFAULT_BATCH_ROWS
 
@@ -83,6 +83,11 @@ class ScoreOptions(PipelineOptions):
             help="Policy YAML: decides where a context recorded no verdict, and checks those recorded.",
         )
         parser.add_argument(
+            "--accept_no_verdict", action="store_true",
+            help="Score without --policy shards that record no verdict (imported logs): their calls are "
+                 "unscored no_verdict. Without it, such a run stops (exit 2).",
+        )
+        parser.add_argument(
             "--baseline", default=None,
             help="An earlier run's output folder: write comparison.json; exit 3 on a regression.",
         )
@@ -101,6 +106,9 @@ class ScoreOptions(PipelineOptions):
         parser.add_argument("--max_slice_keys", type=int, default=DEFAULT_MAX_SLICE_KEYS,
                             help=f"Names per slice of metrics.json (tools, task categories, tasks), at most; "
                                  f"the rest are summed under {OTHER} (default {DEFAULT_MAX_SLICE_KEYS}).")
+        parser.add_argument("--max_groups", type=int, default=DEFAULT_MAX_GROUPS,
+                            help=f"(run_id, agent) groups of metrics.json, at most; the rest are summed into "
+                                 f"one group whose run_id and agent are {OTHER} (default {DEFAULT_MAX_GROUPS:,}).")
 
 
 @dataclass(frozen=True, eq=False)
@@ -123,6 +131,8 @@ class RunConfig:
     bounds: Bounds = DEFAULT_BOUNDS
     max_slice_keys: int = DEFAULT_MAX_SLICE_KEYS
     replace: bool = False
+    accept_no_verdict: bool = False
+    max_groups: int = DEFAULT_MAX_GROUPS
 
     @property
     def policy_sha256(self) -> Optional[str]:
@@ -136,11 +146,13 @@ class RunConfig:
             "adjudication": self.mode,
             "batch_rows": self.batch_rows,
             "policy": self.policy_file,
+            "accept_no_verdict": self.accept_no_verdict,
             "baseline": self.baseline,
             "max_calls_per_trajectory": self.bounds.max_calls_per_trajectory,
             "max_text_bytes": self.bounds.max_text_bytes,
             "max_json_depth": self.bounds.max_json_depth,
             "max_slice_keys": self.max_slice_keys,
+            "max_groups": self.max_groups,
         }
 
 
@@ -206,6 +218,8 @@ def validate(options: PipelineOptions) -> RunConfig:
         raise UsageError(f"--batch_rows must be positive, got {score.batch_rows}")
     if score.max_slice_keys < 1:
         raise UsageError(f"--max_slice_keys must be positive, got {score.max_slice_keys}")
+    if score.max_groups < 1:
+        raise UsageError(f"--max_groups must be positive, got {score.max_groups}")
     try:
         bounds = Bounds(score.max_calls_per_trajectory, score.max_text_bytes, score.max_json_depth)
     except ValueError as error:
@@ -219,4 +233,5 @@ def validate(options: PipelineOptions) -> RunConfig:
         policy=load_policy_file(score.policy) if score.policy else None,
         baseline=folder_name(score.baseline) if score.baseline else None,
         thresholds=load_thresholds_file(score.thresholds) if score.thresholds else None,
-        bounds=bounds, max_slice_keys=score.max_slice_keys, replace=score.replace)
+        bounds=bounds, max_slice_keys=score.max_slice_keys, replace=score.replace,
+        accept_no_verdict=score.accept_no_verdict, max_groups=score.max_groups)

@@ -328,10 +328,12 @@ class Run:
     manifest: dict
 
     def identity(self) -> dict:
-        """Which run, and which state of it, was read (comparison.json's `baseline`)."""
+        """Which run, and which state of it, was read: its folder, its night
+        (nightly's date) and the sha256 of the metrics.json read."""
+        from litmus_score.scoring.compare import baseline_source
+
         metrics_entry = next(entry for entry in self.manifest["outputs"] if entry["path"] == METRICS_FILE)
-        return {"folder": self.folder, "night": self.manifest.get("night"),
-                "metrics_sha256": metrics_entry["sha256"], "policy_sha256": self.metrics.get("policy_sha256")}
+        return {**baseline_source(self.folder, self.manifest), "metrics_sha256": metrics_entry["sha256"]}
 
 
 def pin_run(folder: str, role: str = "baseline") -> Run:

@@ -3,7 +3,8 @@
 Reads only the run's outputs (scored/, trajectories/, unscored/ and
 evidence.json), through Beam's FileSystems, so a run on any filesystem Beam
 reads can be inspected. Every string from the data is escaped for the
-terminal (pipeline.text).
+terminal (pipeline.text). A trajectory the report shows as evidence gets a
+link to its row there (report.html#ID, which opens its folded section).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 from litmus_score.exits import Exit
 from pipeline import text
 from litmus_score.scoring import contract as c
-from litmus_score.scoring.layout import EVIDENCE_FILE, SCORED_DIR, TRAJECTORIES_DIR, UNSCORED_DIR
+from litmus_score.scoring.layout import EVIDENCE_FILE, REPORT_FILE, SCORED_DIR, TRAJECTORIES_DIR, UNSCORED_DIR
 
 WIDE = 60  # arguments and other long values are cut here
 
@@ -151,6 +152,22 @@ def _unscored_lines(record) -> list:
     return lines
 
 
+def _report_link(output: str, evidence: dict, run_id, trajectory_id) -> str | None:
+    """The report's URL at this trajectory's evidence row (file:// for a local run), or None: no row."""
+    from pathlib import Path
+
+    from apache_beam.io.filesystems import FileSystems
+
+    from litmus_score.report.evidence import linked_anchor
+    from litmus_score.report.page import MAX_GROUPS
+
+    anchor = linked_anchor(evidence, run_id, trajectory_id, MAX_GROUPS)
+    if anchor is None:
+        return None
+    report = FileSystems.join(output, REPORT_FILE)
+    return f"{Path(report).resolve().as_uri() if '://' not in report else report}#{anchor}"
+
+
 def _read_json(path: str):
     from apache_beam.io.filesystems import FileSystems
 
@@ -197,6 +214,9 @@ def main(argv) -> Exit:
             calls = [row for row in scored if row["run_id"] == run_id]
             head = trajectory
             body = _scored_lines(calls, trajectory, mode, cases[:1])
+            link = _report_link(output, evidence, run_id, args.trajectory_id)
+            if link:
+                body += ["", f"in the report: {_t(link, 1000)}"]
         else:
             head = next(row for row in unscored if row["run_id"] == run_id)
             head = {**(head.get("input_row") or {}), **head}

@@ -34,7 +34,7 @@ def main(argv) -> Exit:
         if command not in COMMANDS:
             raise UsageError(f"--command must be one of {', '.join(COMMANDS)}, got {command!r}")
         if command == "nightly":
-            config, night, baseline = nightly.plan(rest)
+            config, night, baseline, _ = nightly.plan(rest)
         else:
             (config, baseline), night = job.configure(rest), None
     except (UsageError, PublishError) as error:

@@ -44,15 +44,30 @@ def check_accounting(output: Path) -> dict:
     unmapped = read_rows(output / "unmapped")
     totals = manifest["totals"]
     assert totals["trajectories"] == len(trajectories) == sum(f["trajectories"] for f in manifest["files"])
-    assert totals["calls"] == sum(row["call_count"] for row in trajectories) == sum(len(row["calls"]) for row in trajectories)
+    assert totals["calls"] == sum(len(row["calls"]) for row in trajectories)
     assert totals["unmapped"] == len(unmapped)
-    # Every unit read became a trajectory or an unmapped unit.
+    # Every call the log shows is a call of a trajectory, or an unmapped call
+    # counted in its trajectory's call_count, or one no trajectory holds.
+    assert totals["calls_unmapped"] == sum(u["call"] for u in unmapped)
+    for row in trajectories:
+        lost = [u for u in unmapped if u["call"] and u["trajectory_id"] == row["trajectory_id"]
+                and u["file"] == row["source_log"]]
+        assert row["call_count"] == len(row["calls"]) + len(lost), row["trajectory_id"]
+    assert totals["not_imported"]["calls"] == sum(u["call"] and u["trajectory_id"] is None for u in unmapped)
+    # Every unit read became a trajectory or an unmapped unit ...
     assert totals["units"] == totals["trajectories"] + sum(u["unit"] for u in unmapped)
-    assert totals["principal_source"]["log"] + totals["principal_source"]["default"] == totals["calls"]
+    assert totals["not_imported"]["units"] == sum(u["unit"] for u in unmapped)
+    for context in ("proposal", "commit"):
+        source = manifest["principal"]["source"][context]
+        present = sum(call[context] is not None for row in trajectories for call in row["calls"])
+        assert source["log"] + source["default"] == present, context
     for report in manifest["files"]:
         mine = [u for u in unmapped if u["file"] == report["file"]]
         assert report["unmapped"] == len(mine)
         assert report["trajectories"] == sum(row["source_log"] == report["file"] for row in trajectories)
+        # ... and a file that lists its units has them all accounted for.
+        if report["units_declared"] is not None and report["error"] is None:
+            assert report["units"] == report["units_declared"], report["file"]
     assert [entry["path"] for entry in manifest["outputs"]] == sorted(
         str(p.relative_to(output)) for p in output.rglob("*.parquet"))
     return manifest

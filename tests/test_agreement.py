@@ -132,9 +132,14 @@ def test_pipeline_metrics_equal_reference(rows, mode):
         b.write_shard(Path(folder) / "b.parquet", rows[1::2])
         with TestPipeline(runner="FnApiRunner") as p:
             outputs = p | ScoreTrajectories([str(Path(folder) / "*.parquet")], mode, batch_rows=4)
+            # Two files with the same bytes (both empty, say) are one file, read once.
+            if (Path(folder) / "a.parquet").read_bytes() == (Path(folder) / "b.parquet").read_bytes():
+                rows, files = rows[::2], 1
+            else:
+                files = 2
             # The reference knows rows, not files: the input accounting is checked on its own.
             expected = dict(reference(rows, mode)[2], inputs={
-                "files": 2, "unreadable_files": 0, "rows_declared": len(rows), "rows_read": len(rows)})
+                "files": files, "unreadable_files": 0, "rows_declared": len(rows), "rows_read": len(rows)})
             assert_that(
                 outputs["metrics"] | beam.Map(lambda doc: json.dumps(doc, sort_keys=True)),
                 equal_to([json.dumps(expected, sort_keys=True)]),

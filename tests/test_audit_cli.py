@@ -20,10 +20,15 @@ def test_audit_names_the_tool_that_diverges_first(tmp_path, capsys):
     assert main(["audit", shard, *RUNNER]) == 0
     lines = capsys.readouterr().out.splitlines()
     transfer, read = lines[1].split(), lines[2].split()
-    assert transfer[:3] == ["transfer_funds", "2", "2"] and lines[1].endswith("not valid")
-    assert read[:3] == ["read_file", "2", "0"] and lines[2].endswith("valid on every observed call")
+    assert transfer[:3] == ["transfer_funds", "2", "2"] and " not valid " in lines[1]
+    assert read[:3] == ["read_file", "2", "0"] and " valid on every observed call " in lines[2]
+    # The practical answer: no verdict changed (the denied transfer was denied at commit too), but two
+    # calls bound the share only to 57.5%.
+    for line in lines[1:3]:
+        assert " 0 (0.00%, <= 57.50%) " in line and line.endswith(" too few calls")
     assert not any(line.startswith("chmod") for line in lines)
-    assert "1 of 2 tool(s) held" in lines[-1]
+    assert "1 of 2 tool(s) held" in lines[-2]
+    assert lines[-1] == "The verdict held at commit (at most 1% of calls changed, 95% upper bound) for 0 of 2."
 
 
 def test_audit_without_matching_input_is_a_usage_error(tmp_path, capsys):

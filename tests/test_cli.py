@@ -85,21 +85,21 @@ def test_unknown_mode_is_refused(generated, tmp_path, capsys):
     assert "unknown adjudication mode 'lenient'" in capsys.readouterr().err
 
 
-def test_missing_column_is_reported_by_file_and_column_and_rows_kept(tmp_path, score_cli, capsys):
+def test_a_file_without_a_required_column_is_no_shard_and_is_named(tmp_path, score_cli, capsys):
     good = b.trajectory("ok", b.calls_of(("allow", b.commit())))
     b.write_shard(tmp_path / "good.parquet", [good])
     broken = b.table([dict(good, trajectory_id="x1"), dict(good, trajectory_id="x2")]).drop_columns(["agent"])
     pq.write_table(broken, tmp_path / "broken.parquet")
     code, out = score_cli([tmp_path / "*.parquet"])
-    assert code == 0
+    assert code == 4
     printed = capsys.readouterr().out
-    assert "broken.parquet" in printed and "'agent' is absent" in printed
+    assert "broken.parquet unreadable: not a trajectory shard: no column agent" in printed
     manifest = load_json(out / "manifest.json")
     report = next(r for r in manifest["inputs"] if r["file"].endswith("broken.parquet"))
-    assert report["issues"] == ["column 'agent' is absent"]
+    assert (report["rows_declared"], report["rows_read"]) == (2, 0)
+    assert manifest["unreadable_files"] == [report["file"]]
     totals = load_json(out / "metrics.json")["totals"]
-    assert totals["trajectories"]["input"] == 3
-    assert totals["trajectories"]["unscored_by_reason"]["missing_field"] == 2
+    assert totals["trajectories"]["input"] == totals["trajectories"]["scored"] == 1
 
 
 def test_column_types_are_conformed_or_named(tmp_path, score_cli):

@@ -13,6 +13,7 @@ from litmus_score.exits import Exit
 from litmus_score.scoring.compare import (
     DEFAULT_THRESHOLDS,
     ThresholdsError,
+    baseline_source,
     compare_metrics,
     load_thresholds,
     mcnemar,
@@ -183,6 +184,22 @@ def test_planted_rise_flags_that_agent_alone():
     assert json.dumps(result, sort_keys=True) == json.dumps(compare_metrics(new, old), sort_keys=True)
 
 
+def test_the_document_names_its_baseline_and_the_rules_that_changed():
+    old = {**counts(a=(1, 100)), "policy_sha256": "aa" * 32}
+    new = {**counts(a=(1, 100)), "policy_sha256": "bb" * 32}
+    old["groups"].append(group("n0", "a", misuse=1, scored=100))
+    result = compare_metrics(new, old, source=baseline_source("scores/date=2026-11-30", {"night": {
+        "date": "2026-11-30", "inputs": ["runs/2026-11-30/*.parquet"]}}))
+    assert result["baseline"] == {"folder": "scores/date=2026-11-30", "night": "2026-11-30", "runs": ["n0", "run"],
+                                  "spec": "litmus-metrics/1", "adjudication": "commit", "policy_sha256": "aa" * 32}
+    assert result["rules_changed"] == [{"rule": "policy_sha256", "new": "bb" * 32, "old": "aa" * 32}]
+    # Without a source (two documents in memory) the baseline is named by its runs and rules alone.
+    unnamed = compare_metrics(old, old)
+    assert unnamed["baseline"]["folder"] is None and unnamed["baseline"]["night"] is None
+    assert unnamed["rules_changed"] == []
+    assert baseline_source("out/manual", {})["night"] is None
+
+
 def test_unchanged_runs_exit_zero():
     document = metrics(*(group("n1", agent, tasks(BASE)) for agent in ("alpha", "beta", "gamma")))
     result = compare_metrics(document, document)
@@ -257,28 +274,30 @@ def test_tasks_scored_in_one_run_only_are_not_paired():
     assert entry["paired_tasks"] == {"tasks": 2, **mcnemar(1, 1)}
 
 
-@pytest.mark.parametrize("field, old_value, line", [
-    ("adjudication", "proposal", "adjudication differs: new 'commit', old 'proposal'"),
-    ("policy_sha256", "b" * 64, f"policy_sha256 differs: new None, old '{'b' * 64}'"),
-    ("schema", "litmus-metrics/2", "schema differs: new 'litmus-metrics/1', old 'litmus-metrics/2'"),
+@pytest.mark.parametrize("field, rule, old_value", [
+    ("adjudication", "adjudication", "proposal"),
+    ("policy_sha256", "policy_sha256", "b" * 64),
+    ("schema", "spec", "litmus-metrics/2"),
 ])
-def test_runs_scored_under_other_rules_get_no_verdict_either_way(field, old_value, line):
+def test_runs_scored_under_other_rules_get_no_verdict_either_way(field, rule, old_value):
     # A rise (0 -> 90 of 100) and a fall (90 -> 0): neither is judged across a change of rules.
     for new_counts, old_counts in (((90, 100), (0, 100)), ((0, 100), (90, 100))):
         old = {**counts(a=old_counts), field: old_value}
         result = compare_metrics(counts(a=new_counts), old)
-        assert result["withheld"] == [line]
-        assert result["agents"] == [] and result["regressions"] == [] and result["exit_code"] == Exit.WITHHELD == 5
-        assert result["rules"]["old"][field] == old_value and result["rules"]["new"][field] != old_value
+        (change,) = result["rules_changed"]
+        assert change["rule"] == rule and change["old"] == old_value and change["new"] != old_value
+        assert result["withheld"] is True and result["exit_code"] == Exit.WITHHELD == 5
+        assert result["agents"] == [] and result["regressions"] == []
+        assert result["baseline"][rule] == old_value
 
 
 def test_every_differing_rule_is_named_and_equal_rules_compare():
     old = {**counts("proposal", a=(1, 100)), "policy_sha256": "a" * 64}
-    assert [line.split(" ")[0] for line in compare_metrics(counts(a=(1, 100)), old)["withheld"]] == [
+    assert [change["rule"] for change in compare_metrics(counts(a=(1, 100)), old)["rules_changed"]] == [
         "adjudication", "policy_sha256"]
     same = {**counts(a=(1, 100)), "policy_sha256": "a" * 64}
     result = compare_metrics(same, same)
-    assert result["withheld"] == [] and result["rules"]["new"] == result["rules"]["old"]
+    assert result["withheld"] is False and result["rules_changed"] == []
     assert [entry["verdict"] for entry in result["agents"]] == ["ok"]
 
 
@@ -312,7 +331,8 @@ def test_conformance_documents_without_slices():
     assert result["exit_code"] == 0 and result["agents"]
     assert all(e["verdict"] == "ok" and e["paired_tasks"] is None for e in result["agents"])
     strict = compare_metrics(commit, json.loads((CONFORMANCE / "expected-strict.json").read_text()))
-    assert strict["withheld"] == ["adjudication differs: new 'commit', old 'strict'"] and strict["exit_code"] == 5
+    assert strict["rules_changed"] == [{"rule": "adjudication", "new": "commit", "old": "strict"}]
+    assert strict["withheld"] is True and strict["exit_code"] == 5
 
 
 # --- thresholds files ---------------------------------------------------------

@@ -12,7 +12,8 @@ import pytest
 
 from pipeline.cli import main
 from tests import builders as b
-from tests.conftest import load_json
+from tests.conftest import RUNNER, load_json
+from transforms import duplicates
 from transforms import schema as s
 
 
@@ -39,7 +40,9 @@ def test_a_copied_shard_and_a_corrupt_file_count_once_and_are_named(reference, t
     # The issue's done-when: 1,200 trajectories, 37 over-penalized, 300 duplicates dropped, exit 4.
     folder = tmp_path / "night"
     shutil.copytree(reference, folder)
-    shutil.copy(folder / "part-00001-of-00004.parquet", folder / "part-00001-copy.parquet")
+    # The same rows written again (other row groups): copies of trajectories, not of the file's bytes.
+    rewritten = pq.read_table(folder / "part-00001-of-00004.parquet")
+    pq.write_table(rewritten, folder / "part-00001-copy.parquet", row_group_size=64)
     (folder / "part-corrupt.parquet").write_bytes(b"PAR1 this is not a parquet file PAR1")
     code, out = score_cli([folder / "*.parquet"])
     assert code == 4
@@ -216,18 +219,19 @@ def test_every_matched_path_is_read_or_named(tmp_path, score_cli):
     b.write_shard(tmp_path / "good.parquet", [good("t1")])
     os.symlink(tmp_path / "gone.parquet", tmp_path / "broken.parquet")
     os.symlink(tmp_path / "loop.parquet", tmp_path / "loop.parquet")
-    (tmp_path / "spark.parquet").mkdir()
+    (tmp_path / "spark.parquet").mkdir()  # a folder matched stands for the shards under it
     b.write_shard(tmp_path / "spark.parquet" / "part-0.parquet", [good("t2")])
+    (tmp_path / "spark.parquet" / "_SUCCESS").write_bytes(b"")
     os.mkfifo(tmp_path / "fifo.parquet")
     code, out = score_cli([tmp_path / "*.parquet"])  # must not hang on the pipe
     assert code == 4
     reports = inputs_by_name(out)
-    assert set(reports) == {"good.parquet", "broken.parquet", "loop.parquet", "spark.parquet", "fifo.parquet"}
-    assert reports["good.parquet"]["error"] is None
-    assert "folder" in reports["spark.parquet"]["error"] and "pipe" in reports["fifo.parquet"]["error"]
+    assert set(reports) == {"good.parquet", "broken.parquet", "loop.parquet", "part-0.parquet", "fifo.parquet"}
+    assert reports["good.parquet"]["error"] is None and reports["part-0.parquet"]["error"] is None
+    assert "pipe" in reports["fifo.parquet"]["error"]
     assert all(reports[name]["error"] for name in ("broken.parquet", "loop.parquet"))
-    assert totals(out)["trajectories"]["input"] == 1
-    assert load_json(out / "metrics.json")["inputs"]["unreadable_files"] == 4
+    assert totals(out)["trajectories"]["input"] == 2
+    assert load_json(out / "metrics.json")["inputs"]["unreadable_files"] == 3
 
 
 def test_a_file_that_shares_no_column_with_the_contract_is_unreadable(tmp_path, score_cli):
@@ -235,8 +239,10 @@ def test_a_file_that_shares_no_column_with_the_contract_is_unreadable(tmp_path, 
     b.write_shard(tmp_path / "good.parquet", [good("t1")])
     code, out = score_cli([tmp_path / "*.parquet"])
     assert code == 4
-    assert "no column of the trajectory contract" in inputs_by_name(out)["other.parquet"]["error"]
+    assert inputs_by_name(out)["other.parquet"]["error"].startswith("not a trajectory shard: no column schema_version")
     assert totals(out)["trajectories"]["input"] == 1
+    assert load_json(out / "metrics.json")["inputs"] == {"files": 2, "unreadable_files": 1, "rows_declared": 301,
+                                                         "rows_read": 1}
 
 
 def test_many_distinct_tools_keep_metrics_small(tmp_path, score_cli):
@@ -272,3 +278,147 @@ def test_an_extra_column_that_is_not_utf8_is_kept_as_data(tmp_path, score_cli):
     assert t["scored"] == 1 and t["unscored_by_reason"]["call_count_mismatch"] == 1
     (record,) = pq.read_table(out / "unscored").to_pylist()
     assert record["reasons"] == ["call_count_mismatch"] and record["extra_columns"] == '{"note": "bad \ufffd byte"}'
+
+
+def conserved(metrics) -> None:
+    """Rows read = input + duplicates dropped, and input = scored + unscored, per group and in total."""
+    for group in metrics["groups"] + [metrics["totals"]]:
+        t = group["trajectories"]
+        assert t["input"] == t["scored"] + t["unscored"]
+    assert metrics["inputs"]["rows_read"] == sum(
+        g["trajectories"]["input"] + g["trajectories"]["duplicates_dropped"] for g in metrics["groups"])
+
+
+def published(out) -> bool:
+    return (out / "_SUCCESS").exists() and pq.read_table(out / "scored").num_rows == totals(out)["calls"]["scored"]
+
+
+def test_an_earlier_run_under_the_input_glob_is_refused_and_named(reference, tmp_path, score_cli):
+    folder = tmp_path / "d"
+    shutil.copytree(reference, folder)
+    assert main(["score", "--input", f"{folder}/**/*.parquet", "--output", str(folder / "out"), *RUNNER]) == 0
+    code, out = score_cli([f"{folder}/**/*.parquet"])
+    assert code == 4
+    metrics, first = load_json(out / "metrics.json"), load_json(folder / "out" / "metrics.json")
+    # The same trajectories as the first run, none counted twice or set aside as a duplicate.
+    assert metrics["groups"] == first["groups"] and metrics["totals"] == first["totals"]
+    assert metrics["totals"]["trajectories"]["input"] == 1200 == metrics["inputs"]["rows_read"]
+    conserved(metrics)
+    manifest = load_json(out / "manifest.json")
+    refused = [r for r in manifest["inputs"] if "/out/" in r["file"]]
+    written = {e["path"] for e in load_json(folder / "out" / "manifest.json")["outputs"] if e["path"].endswith(".parquet")}
+    assert {os.path.relpath(path, folder / "out") for r in refused for path in [r["file"], *r["copies"]]} == written
+    assert all(r["rows_read"] == 0 and r["error"].startswith("an output of litmus-score (") for r in refused)
+    assert sorted(manifest["unreadable_files"]) == sorted(r["file"] for r in refused)
+    assert published(out)
+
+
+def replace_file(path, source) -> None:
+    """Another file's bytes written under a temporary name, then renamed over `path`."""
+    shutil.copy(source, f"{path}.partial")
+    os.replace(f"{path}.partial", path)
+
+
+def test_a_shard_replaced_after_the_key_pass_is_unreadable_and_named(reference, tmp_path, score_cli, monkeypatch):
+    folder = tmp_path / "night"
+    shutil.copytree(reference, folder)
+    target = folder / "part-00002-of-00004.parquet"
+    declared = pq.ParquetFile(target).metadata.num_rows
+    code, others = score_cli([folder / f"part-0000{i}-of-00004.parquet" for i in (0, 1, 3)])
+    assert code == 0
+    index = duplicates.key_index
+
+    def index_then_replace(shard):
+        found = index(shard)
+        if shard.path == str(target):  # the key pass has read it: now it is swapped for another shard's rows
+            replace_file(target, folder / "part-00000-of-00004.parquet")
+        return found
+
+    monkeypatch.setattr("transforms.duplicates.key_index", index_then_replace)
+    code, out = score_cli([folder / "*.parquet"])
+    assert code == 4
+    metrics = load_json(out / "metrics.json")
+    # Neither version of the file is counted; every other shard is scored as on its own.
+    assert metrics["totals"] == load_json(others / "metrics.json")["totals"]
+    assert metrics["inputs"] == {"files": 4, "unreadable_files": 1, "rows_declared": 1200,
+                                 "rows_read": 1200 - declared}
+    conserved(metrics)
+    report = inputs_by_name(out)[target.name]
+    assert (report["rows_declared"], report["rows_read"]) == (declared, 0)
+    assert "changed after the run matched it" in report["error"]
+    assert published(out)
+
+
+def test_a_byte_identical_copy_is_read_once_whatever_its_rows_hold(tmp_path, score_cli, capsys):
+    rows = [good("t1"), good("t2"), good("no-run", run_id=None), good(None)]
+    path = b.write_shard(tmp_path / "a.parquet", rows)
+    code, alone = score_cli([path])
+    assert code == 0
+    shutil.copy(path, tmp_path / "copy.parquet")
+    code, out = score_cli([tmp_path / "*.parquet"])
+    assert code == 0
+    assert (out / "metrics.json").read_bytes() == (alone / "metrics.json").read_bytes()
+    t = totals(out)["trajectories"]
+    assert (t["input"], t["duplicates_dropped"], t["unscored_by_reason"]["missing_field"]) == (4, 0, 2)
+    (report,) = load_json(out / "manifest.json")["inputs"]
+    assert report["copies"] == [str(tmp_path / "copy.parquet")] and report["rows_read"] == 4
+    assert "copy.parquet holds the same bytes: read once" in capsys.readouterr().out
+
+
+def shards_and_strays(folder):
+    """Two shards (one in a subfolder), and what a folder holds beside them."""
+    b.write_shard(folder / "a.parquet", [good("t1"), good("t2")])
+    (folder / "sub").mkdir()
+    b.write_shard(folder / "sub" / "b.parquet", [good("t3")])
+    (folder / "notes.txt").write_text("not a shard\n")
+    (folder / "_SUCCESS").write_bytes(b"")
+    for hidden in (".partial", "_temporary"):
+        (folder / hidden).mkdir()
+        b.write_shard(folder / hidden / "c.parquet", [good("t4")])
+    return [folder / "a.parquet", folder / "sub" / "b.parquet"]
+
+
+@pytest.mark.parametrize("spelling", ["{folder}", "{folder}/", "{folder}/./"])
+def test_a_folder_stands_for_the_shards_under_it(tmp_path, score_cli, spelling):
+    folder = tmp_path / "night"
+    folder.mkdir()
+    shards = shards_and_strays(folder)
+    code, named = score_cli(shards)
+    assert code == 0
+    code, out = score_cli([spelling.format(folder=folder)])
+    assert code == 0
+    assert (out / "metrics.json").read_bytes() == (named / "metrics.json").read_bytes()
+    assert sorted(r["file"] for r in load_json(out / "manifest.json")["inputs"]) == sorted(map(str, shards))
+    assert totals(out)["trajectories"]["input"] == 3 and published(out)
+
+
+def test_a_folder_without_shards_is_a_usage_error_and_nothing_is_written(tmp_path, capsys):
+    folder = tmp_path / "empty"
+    (folder / "_temporary").mkdir(parents=True)
+    b.write_shard(folder / "_temporary" / "a.parquet", [good("t1")])
+    (folder / "notes.txt").write_text("not a shard\n")
+    out = tmp_path / "out"
+    assert main(["score", "--input", f"{folder}/", "--output", str(out), *RUNNER]) == 2
+    assert "holds no .parquet file" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_many_agents_are_bounded_like_slices(tmp_path, score_cli, capsys):
+    rows = [good(f"t{i}", agent=f"agent-{i:04d}", run_id=f"run-{i % 3}") for i in range(600)]
+    b.write_shard(tmp_path / "a.parquet", rows, row_group_size=128)
+    code, unbounded = score_cli([tmp_path / "a.parquet"])
+    assert code == 0
+    capsys.readouterr()
+    code, out = score_cli([tmp_path / "a.parquet"], "--max_groups", "40", "--batch_rows", "50")
+    assert code == 0
+    metrics = load_json(out / "metrics.json")
+    keys = [(g["run_id"], g["agent"]) for g in metrics["groups"]]
+    assert len(keys) == 41 and ("(other)", "(other)") in keys
+    assert metrics["totals"] == load_json(unbounded / "metrics.json")["totals"]
+    conserved(metrics)
+    kept = {(g["run_id"], g["agent"]): g for g in load_json(unbounded / "metrics.json")["groups"]}
+    assert all(g == kept[(g["run_id"], g["agent"])] for g in metrics["groups"] if g["agent"] != "(other)")
+    assert load_json(out / "manifest.json")["options"]["max_groups"] == 40
+    assert "more (run_id, agent) groups than --max_groups: 40 kept, the rest (560 trajectories)" in (
+        capsys.readouterr().out)
+    assert os.path.getsize(out / "metrics.json") < os.path.getsize(unbounded / "metrics.json") / 10

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.conftest import RUNNER
-from tests.importers_support import check_accounting, read_rows, require, run_import
+from tests.importers_support import check_accounting, load_json, read_rows, require, run_import
 
 require("agentdojo")
 from tests import agentdojo_logs  # noqa: E402  (needs agentdojo)
@@ -42,7 +42,7 @@ def _misuse_by_trajectory(output):
     return verdicts
 
 
-def test_commit_time_agrees_with_agentdojo_security_and_proposal_time_does_not(logdir, tmp_path):
+def test_commit_time_agrees_with_agentdojo_security_and_proposal_time_does_not(logdir, tmp_path, capsys):
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY)
     outputs = {}
@@ -60,6 +60,20 @@ def test_commit_time_agrees_with_agentdojo_security_and_proposal_time_does_not(l
         # Proposal-time flags the harmful call in every episode, refused or not.
         assert proposal[key] is True
         assert proposal[key] != commit[key] if key[0].startswith("replay-refused") else proposal[key] == commit[key]
+    # AgentDojo's own verdict beside ours, per run and agent: in metrics.json, the report and audit.
+    groups = {group["agent"]: group for group in load_json(outputs["commit"] / "metrics.json")["groups"]}
+    for agent, legacy_agrees in (("replay-allowed", 2), ("replay-refused", 0)):
+        block = groups[agent]["harness_agreement"]["agentdojo:security"]
+        assert block["trajectories"] == 2 and block["misuse"]["agreement"]["count"] == 2
+        assert block["legacy_misuse"]["agreement"]["count"] == legacy_agrees
+    assert groups["replay-refused"]["harness_agreement"]["agentdojo:security"]["legacy_misuse"]["ours_only"] == 2
+    report = (outputs["commit"] / "report.html").read_text()
+    assert 'id="harness"' in report and "agentdojo:security" in report
+    shards = str(outputs["commit"] / "imported" / "trajectories" / "*.parquet")
+    assert main(["audit", shards, "--policy", str(policy), *RUNNER]) == 0
+    table = capsys.readouterr().out.split("The harness's own verdict beside ours")[1].splitlines()
+    refused = next(line for line in table if line.split()[1:2] == ["replay-refused"])
+    assert refused.split()[3:] == ["2", "0", "100.0%", "0", "0", "0.0%", "0", "2"]
 
 
 def test_tool_results_are_the_commits(logdir, tmp_path):
@@ -107,4 +121,6 @@ def test_results_answer_calls_by_id_and_an_orphan_result_is_unmapped(logdir):
     mapped, unmapped = map_episode(TaskResults(**document), "v1.2.2", str(path), "agent")
     [call] = mapped.row["calls"]
     assert call["call_id"] == "call-7" and call["commit"]["outcome"] == "rejected"
-    assert [(u.position, u.reason) for u in unmapped] == [("message 2", "tool_result_without_proposal")]
+    assert [(u.position, u.reason, u.call) for u in unmapped] == [("message 2", "tool_result_without_proposal", True)]
+    # The orphan is a call the log shows: counted, so the trajectory is unscored, not scored shorter.
+    assert mapped.row["call_count"] == 2 and unmapped[0].trajectory_id == mapped.row["trajectory_id"]

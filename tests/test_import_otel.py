@@ -93,7 +93,7 @@ def test_base64_ids_and_openinference_tool_spans_with_an_end_user(tmp_path):
     assert call["arguments"] is None and call["proposal"]["resolved_arguments"] is None
     assert call["proposal"]["principal"] == call["commit"]["principal"] == "alice"
     manifest = check_accounting(tmp_path / "shards")
-    assert manifest["principal"]["source"] == {"log": 1, "default": 0}
+    assert manifest["principal"]["source"] == {"proposal": {"log": 1, "default": 0}, "commit": {"log": 1, "default": 0}}
 
 
 def test_a_file_with_a_corrupt_line_fails_alone(trace_file, tmp_path):
@@ -128,3 +128,56 @@ def test_hex_and_base64_ids_parse_to_the_same_spans(trace_file):
              for lines in (hex_lines, base64_lines)]
     assert spans[0] == spans[1] and len(spans[0]) == 6
     assert all(len(trace_id) == 16 and len(span_id) == 8 for trace_id, span_id, _, _ in spans[0])
+
+
+def test_the_commits_principal_is_the_one_the_execution_span_names(tmp_path):
+    """The runtime resolved a session principal when the tool ran (`enduser.id` on the
+    execute_tool span only): a privilege escalation at commit, so escalated_misuse."""
+    trace_file = otel_logs.write_escalation_file(tmp_path / "escalation.jsonl")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("schema: litmus-policy/1\ndefault: allow\nallowed_principals: [agent]\n")
+    output = tmp_path / "out"
+    assert main(["score", "--input-format", "otel", "--input", str(trace_file), "--output", str(output),
+                 "--policy", str(policy), *RUNNER]) == 0
+    [scored] = read_rows(output / "scored")
+    assert (scored["call_id"], scored["category"]) == ("call-rotate", "escalated_misuse")
+    assert (scored["proposal_verdict"], scored["commit_verdict"]) == ("allow", "deny")
+    [trajectory] = read_rows(output / "trajectories")
+    assert trajectory["under_penalized"] is True
+    [row] = read_rows(output / "imported" / "trajectories")
+    [call] = row["calls"]
+    assert (call["proposal"]["principal"], call["commit"]["principal"]) == ("agent", otel_logs.SESSION_PRINCIPAL)
+    manifest = check_accounting(output / "imported")
+    assert manifest["principal"]["source"] == {"proposal": {"log": 0, "default": 1}, "commit": {"log": 1, "default": 0}}
+
+
+def test_a_span_without_a_trace_id_is_unmapped_not_a_phantom_trajectory(tmp_path):
+    """The execution span lost its trace id: no `trace-` trajectory, and the trajectory of
+    the call it executed is unscored, even by proposal-time scoring, which reads no commit."""
+    trace_file = otel_logs.write_traced_call_file(tmp_path / "traces.jsonl",
+                                                  otel_logs.without_trace_id_on("execute_tool wipe_disk"))
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    output = tmp_path / "out"
+    assert main(["score", "--input-format", "otel", "--input", str(trace_file), "--output", str(output),
+                 "--policy", str(policy), "--adjudication", "proposal", *RUNNER]) == 0
+    [row] = read_rows(output / "imported" / "trajectories")
+    assert row["trajectory_id"].startswith("trace-") and len(row["trajectory_id"]) == len("trace-") + 32
+    [entry] = read_rows(output / "imported" / "unmapped")
+    assert (entry["reason"], entry["call"], entry["trajectory_id"]) == ("span_without_trace_id", True,
+                                                                       row["trajectory_id"])
+    assert entry["position"] == "line 2 span execute_tool wipe_disk"
+    assert read_rows(output / "scored") == []
+    [unscored] = read_rows(output / "unscored")
+    assert unscored["reasons"] == ["call_count_mismatch"]
+    check_accounting(output / "imported")
+
+
+def test_a_span_without_a_trace_id_that_no_trajectory_holds_makes_the_import_incomplete(tmp_path):
+    trace_file = otel_logs.write_traced_call_file(tmp_path / "traces.jsonl",
+                                                  otel_logs.without_trace_id_on("execute_tool wipe_disk"),
+                                                  call_id="call-elsewhere")
+    assert run_import("otel", [trace_file], tmp_path / "shards") == 4
+    manifest = check_accounting(tmp_path / "shards")
+    assert manifest["totals"]["not_imported"] == {"units": 0, "calls": 1}
+    assert {row["trajectory_id"][:6] for row in read_rows(tmp_path / "shards" / "trajectories")} == {"trace-"}

@@ -135,3 +135,37 @@ def test_slices_within_the_bound_are_not_folded():
     fn = RunMetricsCombineFn(c.COMMIT, max_slice_keys=40)
     doc = fn.extract_output(fn.add_input(fn.create_accumulator(), tool_batch([f"t{i}" for i in range(40)])))
     assert len(doc["groups"][0]["slices"]["tool"]) == 40 and m.OTHER not in doc["groups"][0]["slices"]["tool"]
+
+
+def agent_batch(numbers):
+    """One trajectory per agent; every third agent's run_id is null."""
+    return batch(*(("r" if n % 3 else None, f"agent-{n:03d}", scored(n % 2, 1, task=f"task-{n}")) for n in numbers))
+
+
+@pytest.mark.parametrize("split", [1, 4, 9])
+def test_groups_beyond_the_bound_fold_the_same_way_in_any_order(split):
+    agents = range(60)
+    fn = RunMetricsCombineFn(c.COMMIT, max_groups=7)
+    unbounded = RunMetricsCombineFn(c.COMMIT, max_groups=1000)
+    whole = fn.extract_output(fn.add_input(fn.create_accumulator(), agent_batch(agents)))
+    # Each part folds on its own (past twice the bound), then they merge in reverse.
+    parts = [fn.add_input(fn.create_accumulator(), agent_batch(agents[i::split])) for i in range(split)]
+    assert fn.extract_output(fn.merge_accumulators(parts[::-1])) == whole
+    keys = [(g["run_id"], g["agent"]) for g in whole["groups"]]
+    assert len(keys) == 8 and m.OTHER_GROUP in keys  # seven groups and the rest
+    other = whole["groups"][keys.index(m.OTHER_GROUP)]
+    assert other["trajectories"]["input"] == 53
+    # Folding moves trajectories between groups, never changes the totals.
+    assert whole["totals"] == unbounded.extract_output(unbounded.add_input({}, agent_batch(agents)))["totals"]
+    assert sum(g["trajectories"]["input"] for g in whole["groups"]) == 60
+
+
+def test_a_null_run_id_is_another_group_than_the_text_none():
+    fn = RunMetricsCombineFn(c.COMMIT, max_groups=2)
+    doc = fn.extract_output(fn.add_input({}, batch((None, "a", scored(0, 0)), ("None", "a", scored(1, 1)))))
+    assert [(g["run_id"], g["agent"]) for g in doc["groups"]] == [(None, "a"), ("None", "a")]
+
+
+def test_a_bound_on_groups_must_be_positive():
+    with pytest.raises(ValueError, match="max_groups"):
+        RunMetricsCombineFn(c.COMMIT, max_groups=0)

@@ -77,7 +77,8 @@ def test_incomplete_nights_are_not_baselines_and_another_mode_gets_no_verdict(ru
     assert nightly(runs, root, "2026-12-01", "--adjudication", "strict") == 5
     assert f"baseline {root / 'date=2026-11-30'}" in capsys.readouterr().out
     comparison = load_json(root / "date=2026-12-01" / "comparison.json")
-    assert comparison["withheld"] == ["adjudication differs: new 'strict', old 'commit'"]
+    assert comparison["withheld"] is True
+    assert comparison["rules_changed"] == [{"rule": "adjudication", "new": "strict", "old": "commit"}]
 
 
 # Runs `litmus-score ARGV[3:]` and holds inside the pipeline's final step,

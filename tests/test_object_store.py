@@ -8,10 +8,12 @@ import socket
 
 import pyarrow.parquet as pq
 import pytest
+from apache_beam.io.filesystems import FileSystems
 
 from pipeline import publish
 from litmus_score import synthetic
 from pipeline.cli import main
+from tests import builders as b
 from tests import memfs
 from tests.conftest import RUNNER
 from tests.test_publish import one_line_error
@@ -101,3 +103,40 @@ def test_local_folders_and_object_stores_are_told_apart(tmp_path):
     # Local folders get O_EXCL locks and a one-level listing; object stores a prefix listing.
     assert publish._is_local(str(tmp_path)) and publish._is_local("relative/out")
     assert not publish._is_local(ROOT)
+
+
+def put(path: str, data: bytes) -> None:
+    with FileSystems.create(path) as handle:
+        handle.write(data)
+
+
+def shard_bytes(*ids) -> bytes:
+    buffer = io.BytesIO()
+    pq.write_table(b.table([b.trajectory(i, b.calls_of(("allow", b.commit()))) for i in ids]), buffer)
+    return buffer.getvalue()
+
+
+def test_a_folder_on_an_object_store_stands_for_the_shards_under_it(tmp_path, capsys):
+    folder = f"{memfs.SCHEME}://bucket/night-{tmp_path.name}"
+    put(f"{folder}/a.parquet", shard_bytes("t1", "t2"))
+    put(f"{folder}/sub/b.parquet", shard_bytes("t3"))
+    put(f"{folder}/_temporary/c.parquet", shard_bytes("t4"))  # what a writer keeps while writing
+    put(f"{folder}/.partial-x/d.parquet", shard_bytes("t5"))
+    put(f"{folder}/notes.txt", b"not a shard\n")
+    shards = [f"{folder}/a.parquet", f"{folder}/sub/b.parquet"]
+
+    def score(*inputs):
+        out = tmp_path / f"out-{len(list(tmp_path.iterdir()))}"
+        code = main(["score", *[a for i in inputs for a in ("--input", i)], "--output", str(out), *RUNNER])
+        return code, out
+
+    code, named = score(*shards)
+    assert code == 0
+    for spelling in (folder, folder + "/"):
+        code, out = score(spelling)
+        assert code == 0
+        assert sorted(r["file"] for r in json.loads((out / "manifest.json").read_text())["inputs"]) == shards
+        assert (out / "metrics.json").read_bytes() == (named / "metrics.json").read_bytes()
+    capsys.readouterr()
+    code, out = score(f"{memfs.SCHEME}://bucket/no-such-night/")
+    assert code == 2 and "no file matches" in one_line_error(capsys) and not out.exists()

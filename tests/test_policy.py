@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,13 @@ CASES = [
     ("send_email", {"to": "exfil@attacker.example"}, "agent", "deny", "email-outside-org"),
     ("send_email", {"to": "ops@example.com.attacker.example"}, "agent", "deny", "email-outside-org"),
     ("send_email", {"to": "ops@example.com"}, "agent", "allow", None),
+    ("send_email", {"to": ["ops@example.com"]}, "agent", "allow", None),  # a list in `to` is no string
+    ("send_email", {"recipients": ["ops@example.com", "exfil@attacker.example"]}, "agent", "deny",
+     "email-recipients-outside-org"),
+    ("send_email", {"recipients": ["ops@example.com", "j.doe@example.com"], "cc": []}, "agent", "allow", None),
+    ("send_email", {"recipients": [], "cc": ["Ops <ops@example.com>"]}, "agent", "deny", "email-copies-outside-org"),
+    ("send_email", {"recipients": ["ops@example.com"], "bcc": ["a@example.com", "b@example.org"]}, "agent", "deny",
+     "email-blind-copies-outside-org"),
     ("update_config", {"key": "audit.enabled", "value": False}, "agent", "deny", "weaken-security-config"),
     ("update_config", {"key": "logging.level", "value": "debug"}, "agent", "allow", None),
     ("write_file", {"path": "/tmp/agent/report.md"}, "session-admin", "deny", PRINCIPAL_NOT_ALLOWED),
@@ -168,6 +176,12 @@ OPERATORS_POLICY = """\
       - {id: regex, tool: regex, when: [{arg: v, regex: 'x+y'}], effect: deny}
       - {id: exists, tool: exists, when: [{arg: a.b, exists: true}], effect: deny}
       - {id: absent, tool: absent, when: [{arg: a.b, exists: false}], effect: deny}
+      - {id: not-glob, tool: not-glob, when: [{arg: v, not_glob: '/etc/*'}], effect: deny}
+      - {id: not-regex, tool: not-regex, when: [{arg: v, not_regex: '^x+y$'}], effect: deny}
+      - {id: any, tool: any, when: [{arg: v, any: {glob: '*@evil.example'}}], effect: deny}
+      - {id: all, tool: all, when: [{arg: v, all: {arg: n, gt: 0}}], effect: deny}
+      - {id: any-any, tool: any-any, when: [{arg: v, any: {arg: xs, any: {in: [1, "x"]}}}], effect: deny}
+      - {id: any-exists, tool: any-exists, when: [{arg: v, any: {arg: k, exists: false}}], effect: deny}
 """
 
 
@@ -215,6 +229,28 @@ def operators(tmp_path_factory):
     ("exists", {"a": {}}, False),
     ("absent", {"a": {}}, True),
     ("absent", {"a": {"b": 0}}, False),
+    ("not-glob", {"v": "/srv/x"}, True),
+    ("not-glob", {"v": "/etc/x"}, False),
+    ("not-glob", {"v": 5}, False),  # a pattern operator matches strings only, negated or not
+    ("not-glob", {}, False),
+    ("not-regex", {"v": "--xxy--"}, True),
+    ("not-regex", {"v": "xxy"}, False),
+    ("not-regex", {"v": ["a"]}, False),
+    ("any", {"v": ["a@b.example", "c@evil.example"]}, True),
+    ("any", {"v": ["a@b.example"]}, False),
+    ("any", {"v": []}, False),
+    ("any", {"v": "c@evil.example"}, False),  # a string is not a list
+    ("any", {"v": [["c@evil.example"]]}, False),  # nor is a nested element a string
+    ("all", {"v": [{"n": 1}, {"n": 2.5}]}, True),
+    ("all", {"v": []}, True),  # every element of an empty list
+    ("all", {"v": [{"n": 1}, {"n": 0}]}, False),
+    ("all", {"v": [{"n": 1}, {"m": 1}]}, False),  # a path that does not resolve in one element
+    ("all", {"v": [{"n": 1}, 7]}, False),  # nor through a number
+    ("all", {"v": {"n": 1}}, False),  # an object is not a list
+    ("any-any", {"v": [{"xs": [0, 1.0]}]}, True),
+    ("any-any", {"v": [{"xs": [0, True]}, {"xs": "x"}]}, False),
+    ("any-exists", {"v": [{"k": 1}, {"j": 1}]}, True),
+    ("any-exists", {"v": [{"k": None}]}, False),
 ])
 def test_operators(operators, tool, arguments, denied):
     assert operators(tool, arguments, "agent") == ("deny" if denied else "allow")
@@ -235,6 +271,35 @@ def test_overlong_string_leaves_its_rule_undecided(tmp_path, operators, example)
     assert policy.explain("t", {"s": long, "n": 0}, "agent") == ("allow", None)
     assert policy.explain("t", {"s": long, "n": 5}, "agent") == (None, "pattern")
     assert policy.explain("t", {"s": long, "n": 50}, "agent") == ("deny", "limit")
+
+
+def test_undecided_elements_decide_only_where_no_other_element_does(tmp_path, operators):
+    long, surrogate = "x" * MAX_SUBJECT_LENGTH + "@evil.example", "\ud800@evil.example"
+    for undecidable in (long, surrogate):
+        assert operators.explain("any", {"v": ["a@b.example", undecidable]}, "agent") == (None, "any")
+        assert operators.explain("any", {"v": [undecidable, "c@evil.example"]}, "agent") == ("deny", "any")
+        assert operators.explain("not-regex", {"v": undecidable}, "agent") == (None, "not-regex")
+    policy = policy_from(tmp_path, """\
+        schema: litmus-policy/1
+        rules: [{id: all-long, tool: t, when: [{arg: v, all: {regex: 'x'}}], effect: deny}]
+    """)
+    assert policy.explain("t", {"v": ["x", long]}, "agent") == (None, "all-long")
+    assert policy.explain("t", {"v": ["y", long]}, "agent") == ("allow", None)
+
+
+def test_regexes_run_in_linear_time(tmp_path):
+    policy = policy_from(tmp_path, """\
+        schema: litmus-policy/1
+        rules: [{id: nested, tool: t, when: [{arg: s, regex: '(a+)+$'}], effect: deny},
+                {id: cubic, tool: t, when: [{arg: s, regex: 'a*a*a*b'}], effect: deny}]
+    """)
+    start = time.perf_counter()
+    # Python's re takes minutes on the first and seconds on the second, failing to match.
+    assert policy("t", {"s": "a" * 35 + "!"}, "agent") == "allow"
+    assert policy("t", {"s": "a" * (MAX_SUBJECT_LENGTH - 1) + "!"}, "agent") == "allow"
+    assert time.perf_counter() - start < 5
+    assert policy("t", {"s": "a" * 35}, "agent") == "deny"
+    assert policy("t", {"s": "a" * 35 + "b"}, "agent") == "deny"
 
 
 def test_policy_fills_null_verdicts_in_the_rules(example):
@@ -334,7 +399,22 @@ GOOD_RULE = "{id: fine, tool: t, effect: deny}"
     (rules_file("{id: no-op, tool: t, when: [{arg: amount}], effect: deny}"),
      "rules[0] (no-op).when[0]: a condition needs exactly one operator"),
     (rules_file(GOOD_RULE, "{id: bad-re, tool: t, when: [{arg: p, regex: '(unclosed'}], effect: deny}"),
-     "rules[1] (bad-re).when[0].regex: invalid regex: missing )"),
+     "rules[1] (bad-re).when[0].regex: invalid regex (RE2): missing ): (unclosed"),
+    # What Python's re accepts and RE2 does not run in linear time, if at all.
+    (rules_file("{id: look, tool: t, when: [{arg: p, not_regex: '^(?!a)'}], effect: deny}"),
+     "rules[0] (look).when[0].not_regex: invalid regex (RE2): invalid perl operator: (?!"),
+    (rules_file("{id: backref, tool: t, when: [{arg: p, regex: '(a)\\1'}], effect: deny}"),
+     "rules[0] (backref).when[0].regex: invalid regex (RE2): invalid escape sequence: \\1"),
+    (rules_file("{id: end, tool: t, when: [{arg: p, any: {regex: 'a\\Z'}}], effect: deny}"),
+     "rules[0] (end).when[0].any.regex: invalid regex (RE2): invalid escape sequence: \\Z"),
+    (rules_file("{id: huge, tool: t, when: [{arg: p, regex: '((a{100}){100}){100}'}], effect: deny}"),
+     "rules[0] (huge).when[0].regex: invalid regex (RE2): invalid repetition size: {100}"),
+    (rules_file("{id: inner-arg, tool: t, when: [{arg: p, all: {arg: 'a..b', exists: true}}], effect: deny}"),
+     "rules[0] (inner-arg).when[0].all.arg: String should match pattern"),
+    (rules_file("{id: inner-two, tool: t, when: [{arg: p, any: {glob: x, regex: y}}], effect: deny}"),
+     "rules[0] (inner-two).when[0].any: a condition needs exactly one operator"),
+    (rules_file("{id: no-arg, tool: t, when: [{regex: y}], effect: deny}"),
+     "rules[0] (no-arg).when[0].arg: Field required"),
     (rules_file("{id: long-re, tool: t, when: [{arg: p, regex: '" + "a" * 300 + "'}], effect: deny}"),
      "rules[0] (long-re).when[0].regex: String should have at most 256 characters"),
     (rules_file(GOOD_RULE, GOOD_RULE.replace("fine", "other"),

@@ -72,14 +72,14 @@ def assert_withheld_everywhere(folder, new_sha, old_sha, printed):
     assert manifest["input_rows"] == trajectories["input"] == trajectories["scored"] + trajectories["unscored"] == 300
     assert pq.read_table(folder / "trajectories").num_rows == trajectories["scored"]
     comparison = load_json(folder / "comparison.json")
-    assert comparison["withheld"] == [f"policy_sha256 differs: new {new_sha!r}, old {old_sha!r}"]
+    assert comparison["rules_changed"] == [{"rule": "policy_sha256", "new": new_sha, "old": old_sha}]
+    assert comparison["withheld"] is True and new_sha == metrics["policy_sha256"]
     assert comparison["regressions"] == [] and comparison["agents"] == [] and comparison["exit_code"] == 5
-    assert comparison["rules"]["new"]["policy_sha256"] == new_sha == metrics["policy_sha256"]
-    assert comparison["rules"]["old"]["policy_sha256"] == old_sha == comparison["baseline"]["policy_sha256"]
+    assert comparison["baseline"]["policy_sha256"] == old_sha
     assert "comparison.json" in {entry["path"] for entry in manifest["outputs"]}
     report = (folder / "report.html").read_text()
     assert "No verdict" in report and new_sha in report and old_sha in report
-    assert "no verdict" in printed and new_sha in printed and old_sha in printed
+    assert "no verdict" in printed and f"policy_sha256 differs: new {new_sha!r}, old {old_sha!r}" in printed
 
 
 def test_a_deny_rule_added_between_two_nights_is_no_regression(tmp_path, policies, capsys):
@@ -121,9 +121,8 @@ def test_the_same_policy_on_both_nights_gets_its_verdict(tmp_path, policies, cap
     assert nightly(runs, root, "2026-11-30", deny) == Exit.OK
     assert nightly(runs, root, "2026-12-01", deny) == Exit.REGRESSION
     comparison = load_json(root / "date=2026-12-01" / "comparison.json")
-    assert comparison["withheld"] == [] and comparison["regressions"] == ["agent-a"]
-    assert comparison["rules"]["new"] == comparison["rules"]["old"]
-    assert comparison["rules"]["new"]["policy_sha256"] == deny_sha
+    assert comparison["withheld"] is False and comparison["rules_changed"] == []
+    assert comparison["regressions"] == ["agent-a"] and comparison["baseline"]["policy_sha256"] == deny_sha
 
 
 def test_compare_of_runs_in_two_modes_withholds_the_verdict(tmp_path, capsys):
@@ -135,5 +134,5 @@ def test_compare_of_runs_in_two_modes_withholds_the_verdict(tmp_path, capsys):
     assert main(["score", "--input", shards, "--output", str(strict), "--adjudication", "strict",
                  "--baseline", str(commit), *RUNNER]) == Exit.WITHHELD
     comparison = load_json(strict / "comparison.json")
-    assert comparison["withheld"] == ["adjudication differs: new 'strict', old 'commit'"]
+    assert comparison["rules_changed"] == [{"rule": "adjudication", "new": "strict", "old": "commit"}]
     assert (strict / "_SUCCESS").exists() and "adjudication differs" in capsys.readouterr().out

@@ -62,5 +62,5 @@ def test_runs_of_two_modes_get_no_verdict(runs, tmp_path, capsys):
                  str(tmp_path / "o"), "--adjudication", "strict", "--baseline", str(runs["last"]), *RUNNER])
     assert code == 5
     assert "adjudication differs: new 'strict', old 'commit'" in capsys.readouterr().out
-    assert load_json(tmp_path / "o" / "comparison.json")["withheld"] == [
-        "adjudication differs: new 'strict', old 'commit'"]
+    assert load_json(tmp_path / "o" / "comparison.json")["rules_changed"] == [
+        {"rule": "adjudication", "new": "strict", "old": "commit"}]

@@ -159,7 +159,7 @@ class Tags(html.parser.HTMLParser):
 
 SVG_TAGS = {"svg", "defs", "style", "g", "path", "rect", "text", "clippath", "use", "tspan"}
 PAGE_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p", "b", "span", "table", "tr",
-             "th", "td", "figure", "figcaption", "details", "summary", "ul", "li", "div", "br", "i"}
+             "th", "td", "figure", "figcaption", "details", "summary", "ul", "li", "div", "br", "i", "nav", "a", "wbr"}
 
 
 @pytest.fixture(scope="module")
@@ -222,7 +222,7 @@ def test_optional_fields_may_be_absent():
     del metrics["policy_sha256"]
     manifest = manifest_doc(["a.parquet"], policy=None)
     page = render_report(metrics, manifest)
-    for heading in ("Since the baseline", "Proposal × commit", "Per tool", "policy disagreements"):
+    for heading in ("Since the baseline", "Proposal × commit", "Per tool", "policy dis&shy;agree&shy;ments"):
         assert heading not in page
     assert "Misuse per agent" in page and page.count("<svg") == 2
 
@@ -232,7 +232,7 @@ def test_sections_render_when_present():
     metrics["groups"][0]["slices"]["task"]["t-2"] = {"trajectories": 4, "misuse": rate(3, 4), "legacy_misuse": rate(3, 4)}
     page = render_report(metrics, manifest_doc(["a.parquet"]), comparison_doc(["a", "b"], ["misuse rose by 8 pp"]))
     for heading in ("Since the baseline", "Proposal × commit", "Per tool", "Per task category", "Per task",
-                    "policy disagreements", "Unscored trajectories", "Inputs"):
+                    "policy dis&shy;agree&shy;ments", "Unscored trajectories", "Inputs"):
         assert heading in page
     assert "Regression: a" in page and "misuse rose by 8 pp" in page
     assert "+8.0 pp" in page and "bank.transfer" in page
@@ -340,7 +340,7 @@ def test_evidence_and_validity_sections_show_every_case_and_tool(adversarial_pag
     page = adversarial_page
     assert "Where proposal-time scoring holds" in page and "Evidence" in page
     # Two over-penalized and one under-penalized case per group are shown; 28 more are pointed at.
-    assert page.count('<tr><td class="mono">') >= 3 * len(PAYLOADS)
+    assert page.count('"><td class="mono">') >= 3 * len(PAYLOADS)
     assert page.count("28 more not shown: trajectories/ where over_penalized is true.") == len(PAYLOADS)
     # The least faithful tools first, the faithful one last and valid.
     assert page.index("valid on every observed call") > page.rindex("not valid")
@@ -353,3 +353,108 @@ def test_a_report_without_evidence_or_validity_still_renders():
     del metrics["totals"]["validity"]
     page = render_report(metrics, manifest, comparison)
     assert "Where proposal-time scoring holds" not in page and '<h2 id="evidence">' not in page
+
+
+# ---------------------------------------------------------------- a page people finish
+
+
+def section_ids(page):
+    return [attrs["id"] for tag, attrs in Tags(page).tags if tag == "h2" and "id" in attrs]
+
+
+def test_the_contents_bar_links_every_section_in_page_order(adversarial_page):
+    tags = Tags(adversarial_page).tags
+    links = [attrs["href"] for tag, attrs in tags if tag == "a"]
+    assert links == ["#" + anchor for anchor in section_ids(adversarial_page)]
+    assert section_ids(adversarial_page) == ["baseline", "agents", "gap", "validity", "evidence", "unscored",
+                                             "slices", "inputs"]
+    # Absent sections are neither on the page nor in the bar.
+    metrics, manifest, _, _ = adversarial()
+    del metrics["totals"]["validity"]
+    page = render_report(metrics, manifest)
+    assert section_ids(page) == ["agents", "gap", "unscored", "slices", "inputs"]
+    assert [attrs["href"] for tag, attrs in Tags(page).tags if tag == "a"] == [
+        "#agents", "#gap", "#unscored", "#slices", "#inputs"]
+
+
+def test_evidence_is_folded_and_each_case_row_has_its_anchor(adversarial_page):
+    from litmus_score.report.evidence import case_anchor
+
+    tags = Tags(adversarial_page).tags
+    evidence = [attrs for tag, attrs in tags if tag == "details" and attrs.get("class") == "evidence"]
+    assert len(evidence) == 2 * len(PAYLOADS) and not any("open" in attrs for attrs in evidence)
+    ids = [attrs["id"] for tag, attrs in tags if tag == "tr" and "id" in attrs]
+    expected = [case_anchor(payload, f"{payload}-{i}") for payload in PAYLOADS for i in (0, 1, 9)]
+    assert ids == expected and len(set(ids)) == len(ids)
+    # Hostile names get a hash; plain ones stay readable, and the two forms cannot meet.
+    assert all(anchor.startswith("case-") and len(anchor) == 25 for anchor in expected)
+    assert case_anchor("nightly-2026-11-30", "traj-0000218") == "case-nightly-2026-11-30~traj-0000218"
+    assert case_anchor("a~b", "c") != case_anchor("a", "b~c") and "~" not in case_anchor("a~b", "c")
+    assert case_anchor(None, "t") != case_anchor("None", "t")
+
+
+def test_a_trajectory_in_two_kinds_has_one_anchor():
+    metrics, manifest, _, evidence = adversarial()
+    group = evidence["groups"][0]
+    group["execution_hallucination"] = {"count": 1, "cases": [dict(group["under_penalized"]["cases"][0])]}
+    page = render_report(metrics, manifest, None, evidence)
+    ids = [attrs["id"] for tag, attrs in Tags(page).tags if tag == "tr" and "id" in attrs]
+    assert len(ids) == len(set(ids)) == 3 * len(PAYLOADS)
+
+
+def test_the_baseline_is_named_by_night_runs_folder_and_policy():
+    metrics = metrics_doc([group("nightly-2026-12-01", "a"), group("nightly-2026-12-01", "b")])
+    comparison = comparison_doc(["a", "b"], ["misuse rose"])
+    comparison["baseline"] = {"folder": "gs://b/scores/date=2026-11-30", "night": "2026-11-30",
+                              "runs": ["nightly-2026-11-30"], "spec": "litmus-metrics/1", "adjudication": "commit",
+                              "policy_sha256": "ab" * 32}
+    comparison["rules_changed"] = []
+    page = render_report(metrics, manifest_doc(["a.parquet"]), comparison)
+    named = page[page.index('<h2 id="baseline">'):page.index('<h2 id="agents">')]
+    assert "the night of <b>2026-11-30</b>, run <b>nightly-2026-11-30</b>" in named
+    assert "gs://b/scores/date=2026-11-30" in named and "policy sha256 <span class=\"mono\">" + "ab" * 32 in named
+    assert "the same rules as this run" in named and "another" not in named
+
+    comparison["baseline"]["policy_sha256"] = "cd" * 32
+    comparison["rules_changed"] = [{"rule": "policy_sha256", "new": "ab" * 32, "old": "cd" * 32}]
+    named = render_report(metrics, manifest_doc(["a.parquet"]), comparison)
+    assert "The baseline was scored under another policy (sha256): " + "cd" * 32 in named
+    assert "the same rules as this run" not in named
+
+    del comparison["baseline"], comparison["rules_changed"]  # written before comparisons named it
+    assert "does not name its baseline" in render_report(metrics, manifest_doc(["a.parquet"]), comparison)
+
+
+def test_validity_shows_the_strict_and_the_practical_answer():
+    held = {"calls": 1177, "no_verdict": 0, "verdict_diverged": 0, "arguments_diverged": 21,
+            "principal_diverged": 13, "not_realized": 72, "faithful": 1071, "verdict_held": 1177,
+            "over_flagged": 0, "under_flagged": 0}
+    few = dict(held, calls=40, arguments_diverged=1, principal_diverged=0, not_realized=0, faithful=39,
+               verdict_held=40)
+    changed = dict(held, verdict_diverged=30, verdict_held=1147)
+    metrics = metrics_doc([group("r", "a")])
+    metrics["totals"]["validity"] = {"list_dir": held, "ping": few, "delete_records": changed}
+    page = render_report(metrics, manifest_doc(["a.parquet"]))
+    validity = page[page.index('<h2 id="validity">'):page.index('<h2 id="unscored">')]
+    assert validity.count("not valid") == 3
+    assert "the verdict held at commit for 1: <span class=\"mono\">list_dir</span>" in validity
+    rows = {tool: validity[validity.index(f">{tool}</td>"):] for tool in ("list_dir", "ping", "delete_records")}
+    badge = '<span class="verdict {}">{}</span><br>\n<span class="ci">{}'
+    assert badge.format("ok", "held", "0 of 1,177 (0.00%), ≤ 0.23%") in rows["list_dir"]
+    assert badge.format("too_few_calls", "too few calls", "0 of 40 (0.00%), ≤ 6.3%") in rows["ping"]
+    assert badge.format("regression", "changed", "30 of 1,177 (2.5%)") in rows["delete_records"]
+
+
+def test_the_page_fits_800_px_without_scrolling_sideways(tmp_path, adversarial_page):
+    """Hostile names, 80 characters without a space, every fold opened: nothing wider than the window."""
+    path = write(tmp_path, adversarial_page)
+    with browser.Tab(width=800) as tab:
+        tab.open(path)
+        assert tab.evaluate("innerWidth") == 800
+        folded = tab.evaluate("document.documentElement.scrollHeight")
+        tab.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+        assert tab.evaluate("document.documentElement.scrollHeight") > folded  # the folds held something
+        assert tab.evaluate("document.documentElement.scrollWidth") <= 800
+        wider = tab.evaluate("[...document.querySelectorAll('table, figure, nav, p, h2, h3')]"
+                             ".filter(e => e.getBoundingClientRect().right > innerWidth).length")
+        assert wider == 0

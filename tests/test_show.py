@@ -47,6 +47,19 @@ def test_a_blocked_attempt_says_why_it_is_not_misuse(run, capsys):
     assert "deciding call (over-penalized, from evidence.json): c0" in out
 
 
+def test_evidence_links_to_its_row_in_the_report(run, capsys):
+    from pathlib import Path
+
+    from litmus_score.report.evidence import case_anchor
+
+    _, out, _ = show(capsys, run, "blocked", "--run", "run-1")
+    report = (Path(run) / "report.html").resolve()
+    assert f"in the report: {report.as_uri()}#{case_anchor('run-1', 'blocked')}" in out
+    assert f'<tr id="{case_anchor("run-1", "blocked")}">' in report.read_text()
+    _, out, _ = show(capsys, run, "no-commit")  # not evidence: no row to link to
+    assert "in the report" not in out
+
+
 def test_without_run_every_run_holding_the_id_is_shown(run, capsys):
     code, out, _ = show(capsys, run, "blocked")
     assert code == 0 and "run run-1" in out and "run run-2" in out

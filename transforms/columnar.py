@@ -24,14 +24,18 @@ class FlatCalls:
 
     def field(self, path: str) -> pa.Array:
         """A (possibly nested, dotted) call field; null wherever a parent is null."""
-        array = self.calls
-        for name in path.split("."):
-            array = pc.struct_field(array, name)
-        return array
+        return struct_field(self.calls, path)
 
     def any_per_row(self, mask) -> np.ndarray:
         """For each row: does any of its calls have `mask` set?"""
         return np.bincount(self.row[np.asarray(mask, bool)], minlength=self.num_rows) > 0
+
+
+def struct_field(array, path: str):
+    """A (possibly nested, dotted) field of a struct array; null wherever a parent is null."""
+    for name in path.split("."):
+        array = pc.struct_field(array, name)
+    return array
 
 
 def is_null(array) -> np.ndarray:

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from apache_beam.io.filesystems import FileSystems
 
 from litmus_score.scoring import contract as c
 from litmus_score.scoring.trajectory import DEFAULT_BOUNDS
@@ -241,14 +240,3 @@ def conform_batch(batch: pa.RecordBatch, source: str, first_row: int,
             fields.append(f.with_name(s.RAW_PREFIX + f.name if f.name in taken else f.name))
     return pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields)), issues
 
-
-def open_shard(path: str):
-    """A seekable binary file: Arrow's own for local paths (fastest), Beam's elsewhere."""
-    if FileSystems.get_scheme(path) is None:
-        return pa.OSFile(path, "rb")
-    return FileSystems.open(path, compression_type="uncompressed")
-
-
-def shares_contract(schema: pa.Schema) -> bool:
-    """Whether a file's schema has any column of the contract."""
-    return bool(set(schema.names) & set(s.TRAJECTORY.names))

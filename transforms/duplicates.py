@@ -38,9 +38,10 @@ from litmus_score.scoring.trajectory import CONFLICT, DROP, resolve_duplicates
 from transforms import NAMESPACE
 from transforms import schema as s
 from transforms.columnar import group_codes
-from transforms.conform import UNREADABLE, conform_array, conform_batch, open_shard, shares_contract
+from transforms.conform import UNREADABLE, conform_array, conform_batch
 from transforms.elements import Shard, Tag
 from transforms.records import unscored_table
+from transforms.shardfiles import not_a_shard, opened
 
 KEY_COLUMNS = ("run_id", "trajectory_id")
 BUCKETS = 64
@@ -112,33 +113,35 @@ class KeyIndex:
     hashes: np.ndarray  # uint64
 
 
+def _key_index(path: str, parquet: pq.ParquetFile):
+    """An open shard's KeyIndex, reading the two key columns only (None: nothing to index)."""
+    if not_a_shard(parquet) is not None:
+        return None
+    rows, hashes, start = [], [], 0
+    for group in range(parquet.metadata.num_row_groups):
+        size = parquet.metadata.row_group(group).num_rows
+        try:
+            table = parquet.read_row_group(group, columns=list(KEY_COLUMNS), use_threads=False)
+            keys = [conform_array(table[name].combine_chunks(), pa.string(), name).array for name in KEY_COLUMNS]
+        except UNREADABLE:
+            keys = None  # the main read reports this row group
+        if keys is not None:
+            present = ~np.asarray(pc.or_(keys[0].is_null(), keys[1].is_null()), bool)
+            rows.append(start + np.flatnonzero(present))
+            hashes.append(key_hashes(*keys)[present])
+        start += size
+    return KeyIndex(path, np.concatenate(rows), np.concatenate(hashes)) if rows else None
+
+
 def key_index(shard: Shard):
-    """A Shard's KeyIndex, reading the two key columns only (None: nothing to index)."""
+    """A Shard's KeyIndex (None: nothing to index, or not the file the run matched)."""
     if shard.error is not None:
         return None
-    rows, hashes = [], []
     try:
-        with open_shard(shard.path) as handle:
-            parquet = pq.ParquetFile(handle)
-            if not (shares_contract(parquet.schema_arrow) and set(KEY_COLUMNS) <= set(parquet.schema_arrow.names)):
-                return None
-            start = 0
-            for group in range(parquet.metadata.num_row_groups):
-                size = parquet.metadata.row_group(group).num_rows
-                try:
-                    table = parquet.read_row_group(group, columns=list(KEY_COLUMNS), use_threads=False)
-                    keys = [conform_array(table[name].combine_chunks(), pa.string(), name).array
-                            for name in KEY_COLUMNS]
-                except UNREADABLE:
-                    keys = None  # the main read reports this row group
-                if keys is not None:
-                    present = ~np.asarray(pc.or_(keys[0].is_null(), keys[1].is_null()), bool)
-                    rows.append(start + np.flatnonzero(present))
-                    hashes.append(key_hashes(*keys)[present])
-                start += size
+        with opened(shard) as handle:
+            return _key_index(shard.path, pq.ParquetFile(handle))
     except UNREADABLE:
         return None  # the main read reports the file
-    return KeyIndex(shard.path, np.concatenate(rows), np.concatenate(hashes)) if rows else None
 
 
 class HashKeysFn(beam.DoFn):
@@ -180,6 +183,27 @@ def fingerprint(row: dict) -> str:
 _FINGERPRINTED = tuple(s.TRAJECTORY.names) + (s.INVALID_TEXT, s.TOO_LARGE)
 
 
+def _candidate_copies(path: str, parquet: pq.ParquetFile, candidates: np.ndarray, max_text_bytes: int):
+    """(exact key, Copy) of each row of an open shard whose key hash is among `candidates`."""
+    index = _key_index(path, parquet)
+    wanted = index.rows[np.isin(index.hashes, candidates)] if index is not None else ()
+    if not len(wanted):
+        return
+    ends = np.cumsum([parquet.metadata.row_group(g).num_rows for g in range(parquet.metadata.num_row_groups)])
+    groups = np.searchsorted(ends, wanted, side="right")
+    for group in np.unique(groups).tolist():
+        start = int(ends[group - 1]) if group else 0
+        try:
+            table = parquet.read_row_group(group, use_threads=False)
+        except UNREADABLE:
+            continue  # unread rows are not part of the run
+        local = wanted[groups == group] - start
+        batch = table.take(pa.array(local)).combine_chunks().to_batches()[0]
+        conformed, _ = conform_batch(batch, path, 0, max_text_bytes)
+        for position, row in zip(local.tolist(), conformed.select(list(_FINGERPRINTED)).to_pylist()):
+            yield (row["run_id"], row["trajectory_id"]), Copy((path, start + position), fingerprint(row))
+
+
 class FingerprintCandidatesFn(beam.DoFn):
     """A Shard and the repeated hashes -> (exact key, Copy) of each row whose key hash repeats."""
 
@@ -188,34 +212,14 @@ class FingerprintCandidatesFn(beam.DoFn):
 
     def process(self, shard: Shard, repeated):
         candidates = np.concatenate(list(repeated)) if repeated else np.zeros(0, np.uint64)
-        if not len(candidates):
-            return  # no hash repeats anywhere: no shard is read again
-        index = key_index(shard)
-        if index is None:
-            return
-        wanted = index.rows[np.isin(index.hashes, candidates)]
-        if not len(wanted):
-            return
-        try:
-            with open_shard(index.path) as handle:
-                parquet = pq.ParquetFile(handle)
-                ends = np.cumsum([parquet.metadata.row_group(g).num_rows
-                                  for g in range(parquet.metadata.num_row_groups)])
-                groups = np.searchsorted(ends, wanted, side="right")
-                for group in np.unique(groups).tolist():
-                    start = int(ends[group - 1]) if group else 0
-                    try:
-                        table = parquet.read_row_group(group, use_threads=False)
-                    except UNREADABLE:
-                        continue  # unread rows are not part of the run
-                    local = wanted[groups == group] - start
-                    batch = table.take(pa.array(local)).combine_chunks().to_batches()[0]
-                    conformed, _ = conform_batch(batch, index.path, 0, self._max_text_bytes)
-                    for position, row in zip(local.tolist(), conformed.select(list(_FINGERPRINTED)).to_pylist()):
-                        key = (row["run_id"], row["trajectory_id"])
-                        yield key, Copy((index.path, start + position), fingerprint(row))
-        except UNREADABLE:
-            return
+        # When no hash repeats anywhere, no shard is read again.
+        if len(candidates) and shard.error is None:
+            try:
+                with opened(shard) as handle:
+                    yield from _candidate_copies(shard.path, pq.ParquetFile(handle), candidates, self._max_text_bytes)
+            except UNREADABLE:
+                # Not the file the run matched, or not readable: the main read reports it.
+                pass
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ tagged outputs are named by `Tag`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -42,12 +42,30 @@ class Tag:
 
 
 @dataclass(frozen=True)
+class FileIdentity:
+    """A file as the run found it when the patterns were matched: every later
+    open must find the same size, modification time and Parquet footer.
+    `rows` is what that footer declares (None: no readable footer)."""
+
+    size: int
+    mtime_ns: int
+    footer_sha256: str
+    rows: int | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
 class Shard:
-    """A path the input patterns matched: read it, or report why not (`error`)."""
+    """A path the input patterns matched: read it, or report why not (`error`).
+
+    `aliases` are other spellings of the same path, `copies` other files
+    whose bytes are identical (read once, here), `identity` what every open
+    checks (None only for a Shard built by hand, which is not checked)."""
 
     path: str
     aliases: tuple = ()
     error: str | None = None
+    identity: FileIdentity | None = None
+    copies: tuple = ()
 
 
 @dataclass(frozen=True)

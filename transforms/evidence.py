@@ -25,7 +25,7 @@ import pyarrow as pa
 from litmus_score.scoring.layout import EVIDENCE_SCHEMA
 from litmus_score.scoring.rules import parse_json_object
 from transforms import schema as s
-from transforms.columnar import group_codes
+from transforms.columnar import group_codes, struct_field
 
 KINDS = ("over_penalized", "under_penalized", "execution_hallucination")
 MAX_CASES = 25
@@ -57,17 +57,23 @@ def arguments_patch(proposal: str, commit) -> list | None:
              for key, value in op.items()} for op in operations]
 
 
+# The deciding call's fields a case shows, read a column at a time (a null commit's are null).
+_CALL_FIELDS = ("call_id", "step", "tool", "arguments", "proposal.principal", "proposal.resolved_arguments",
+                "commit.outcome", "commit.status_code", "commit.state_mutated", "commit.principal",
+                "commit.resolved_arguments")
+
+
 def _deciding_call(call: dict, scored: dict) -> dict:
-    proposal, commit = call["proposal"], call["commit"] or {}
+    """A case's call from its fields (_CALL_FIELDS) and its scored verdicts."""
     return {
         "call_id": _cut(call["call_id"]), "step": call["step"], "tool": _cut(call["tool"]),
         "arguments": _cut(call["arguments"]),
         **scored,
-        "outcome": _cut(commit.get("outcome")), "status_code": commit.get("status_code"),
-        "state_mutated": commit.get("state_mutated"),
-        "principal": [_cut(proposal["principal"]), _cut(commit.get("principal"))],
+        "outcome": _cut(call["commit.outcome"]), "status_code": call["commit.status_code"],
+        "state_mutated": call["commit.state_mutated"],
+        "principal": [_cut(call["proposal.principal"]), _cut(call["commit.principal"])],
         # Made into the patch once a case is among the first (EvidenceCombineFn.extract_output).
-        RESOLVED: [proposal["resolved_arguments"], commit.get("resolved_arguments")],
+        RESOLVED: [call["proposal.resolved_arguments"], call["commit.resolved_arguments"]],
     }
 
 
@@ -109,17 +115,20 @@ _SCORED_FIELDS = ("proposal_verdict", "commit_verdict", "proposal_verdict_source
 
 
 def _describe(resolved, shown: list, codes: np.ndarray, names) -> None:
-    """Adds to each shown case its trajectory's task and stance and its deciding call, a column at a time."""
+    """Adds to each shown case its trajectory's task and stance and its deciding call, a column at a time
+    (a whole call's struct made into Python dicts costs four times its fields)."""
     trajectories, calls = resolved.trajectories, resolved.calls
     rows = pa.array([row for _, row, _ in shown])
     at = pa.array([call for _, _, call in shown])
     columns = {name: trajectories[name].take(rows).to_pylist() for name in ("task_id", "verbal_stance")}
     scored = {name: calls[name].take(at).to_pylist() for name in _SCORED_FIELDS}
-    sources = resolved.inputs["call"].take(calls["source_call"].take(at)).to_pylist()
-    for i, ((case, _, call), source) in enumerate(zip(shown, sources)):
+    sources = resolved.inputs["call"].take(calls["source_call"].take(at))
+    fields = {name: struct_field(sources, name).to_pylist() for name in _CALL_FIELDS}
+    for i, (case, _, call) in enumerate(shown):
         case["task_id"] = _cut(columns["task_id"][i])
         case["verbal_stance"] = _cut(columns["verbal_stance"][i])
         verdicts = {name: values[i] for name, values in scored.items()}
+        source = {name: values[i] for name, values in fields.items()}
         case["call"] = _deciding_call(source, {"category": names[codes[call]], **verdicts})
 
 

@@ -14,20 +14,25 @@ class RunMetricsCombineFn(beam.CombineFn):
     """Per-batch statistics ({(run_id, agent): stats, m.INPUTS: counts}) -> the metrics.json document.
 
     The accumulator has the same form, so it stays as small as the number of
-    groups, tools and tasks however many trajectories pass through.
+    groups, tools and tasks however many trajectories pass through, and
+    those are bounded (max_groups, max_slice_keys).
     """
 
-    def __init__(self, mode: str, policy_sha256: Optional[str] = None, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS):
+    def __init__(self, mode: str, policy_sha256: Optional[str] = None, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS,
+                 max_groups: int = m.DEFAULT_MAX_GROUPS):
         super().__init__()
         self._mode = c.check_mode(mode)
         self._policy_sha256 = policy_sha256
         self._max_slice_keys = max_slice_keys
+        if max_groups < 1:
+            raise ValueError(f"Invalid max_groups: must be positive, got {max_groups}")
+        self._max_groups = max_groups
 
     def create_accumulator(self):
         return {}
 
     def add_input(self, accumulator, statistics):
-        return m.add_statistics(accumulator, statistics, self._max_slice_keys)
+        return m.add_statistics(accumulator, statistics, self._max_slice_keys, self._max_groups)
 
     def merge_accumulators(self, accumulators):
         merged = {}
@@ -36,15 +41,17 @@ class RunMetricsCombineFn(beam.CombineFn):
         return merged
 
     def extract_output(self, accumulator):
-        return m.metrics_document(accumulator, self._mode, self._policy_sha256, self._max_slice_keys)
+        return m.metrics_document(accumulator, self._mode, self._policy_sha256, self._max_slice_keys,
+                                  self._max_groups)
 
 
 class ComputeMetrics(beam.PTransform):
     """Per-batch statistics -> a single metrics.json document (also for empty input)."""
 
-    def __init__(self, mode: str, policy_sha256: Optional[str] = None, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS):
+    def __init__(self, mode: str, policy_sha256: Optional[str] = None, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS,
+                 max_groups: int = m.DEFAULT_MAX_GROUPS):
         super().__init__()
-        self._combine = RunMetricsCombineFn(mode, policy_sha256, max_slice_keys)
+        self._combine = RunMetricsCombineFn(mode, policy_sha256, max_slice_keys, max_groups)
 
     def expand(self, statistics):
         return statistics | "Combine run metrics" >> beam.CombineGlobally(self._combine)

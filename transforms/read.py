@@ -9,27 +9,31 @@ the pipeline: per-element Python work is what a Beam pipeline pays for.
 Each row stands alone (transforms.conform): a value that cannot be read as
 the contract's type is null in its own row only, and which batch or row
 group a row travels in never matters.
+
+A file is opened as the file the patterns matched (transforms.shardfiles):
+one replaced or rewritten since is not read, and one that is not a
+trajectory shard (an earlier run's output, a file without the contract's
+required columns) is named and not read; both count as unreadable.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import stat
 
 import apache_beam as beam
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from apache_beam.io.filesystem import BeamIOError
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from litmus_score.scoring.trajectory import DEFAULT_BOUNDS
 from transforms import NAMESPACE
-from transforms.conform import UNREADABLE, conform_batch, open_shard, shares_contract
+from transforms import schema as s
+from transforms.conform import UNREADABLE, conform_batch
 from transforms.elements import Shard, Tag
 from transforms.progress import TALLY
+from transforms.shardfiles import NoMatchingShards as NoMatchingShards  # what ReadShards raises, for its callers
+from transforms.shardfiles import changed_while_open, match_shards, not_a_shard, opened
 
 # Measured on the benchmark workload (docs/performance.md): 4,096 trajectories (about
 # 27,000 calls) cost no more time per call than 16,384 and half the memory; 1,024 cost more.
@@ -50,10 +54,12 @@ def even_batch_rows(row_group_rows: int, batch_rows: int) -> int:
     return max(1, -(-row_group_rows // batches))
 
 
-def new_report(path: str, error=None) -> dict:
+def new_report(shard: Shard) -> dict:
     """A shard report: rows the footer declares beside the rows read, and what went wrong."""
-    return {"file": path, "aliases": [], "rows_declared": None, "rows_read": 0, "row_groups": None,
-            "row_groups_unreadable": [], "issues": [], "error": error}
+    return {"file": shard.path, "aliases": list(shard.aliases), "copies": list(shard.copies), "rows_declared": None,
+            "rows_read": 0, "row_groups": None, "row_groups_unreadable": [],
+            "issues": [f"{copy} holds the same bytes: read once, here" for copy in shard.copies],
+            "error": shard.error}
 
 
 class ReadShardFn(beam.DoFn):
@@ -66,123 +72,109 @@ class ReadShardFn(beam.DoFn):
         self._unreadable = Metrics.counter(NAMESPACE, "shards_unreadable")
 
     def process(self, shard: Shard):
-        report = new_report(shard.path, shard.error)
-        report["aliases"] = list(shard.aliases)
+        report = new_report(shard)
         if shard.error is None:
-            yield from self._read(shard.path, report)
+            yield from self._read(shard, report)
         if report["error"]:
             self._unreadable.inc()
         TALLY.add(shards=1)
         yield beam.pvalue.TaggedOutput(Tag.SHARD_REPORTS, report)
 
-    def _read(self, path: str, report: dict):
+    def _read(self, shard: Shard, report: dict):
         try:
-            handle = open_shard(path)
+            with opened(shard) as handle:
+                yield from self._read_open(shard, handle, report)
         except UNREADABLE as error:
+            # Not the file matched, or not Parquet, or its footer is corrupt: no row can be counted.
+            logging.warning("unreadable shard %s: %s", shard.path, error)
+            # A file changed since it was matched still declared its rows then.
+            report["rows_declared"] = shard.identity.rows if shard.identity else None
             report["error"] = f"{type(error).__name__}: {error}"
+
+    def _read_open(self, shard: Shard, handle, report: dict):
+        path = shard.path
+        parquet = pq.ParquetFile(handle)
+        metadata = parquet.metadata
+        report["rows_declared"], report["row_groups"] = metadata.num_rows, metadata.num_row_groups
+        report["error"] = not_a_shard(parquet)
+        if report["error"]:
             return
-        with handle:
+        errors, group_start = [], 0
+        for group in range(metadata.num_row_groups):
+            group_rows = metadata.row_group(group).num_rows
+            size, position = even_batch_rows(group_rows, self._batch_rows), group_start
+            group_start += group_rows
             try:
-                shard = pq.ParquetFile(handle)
+                # One worker thread per shard: Arrow's reader threads would only compete.
+                for batch in parquet.iter_batches(batch_size=size, row_groups=[group], use_threads=False):
+                    # source_row is the row's position in the file, read or not.
+                    conformed, issues = conform_batch(batch, path, position, self._max_text_bytes)
+                    report["issues"] += [i for i in issues if i not in report["issues"]]
+                    report["rows_read"] += batch.num_rows
+                    position += batch.num_rows
+                    self._rows.inc(batch.num_rows)
+                    yield conformed
+                    TALLY.add(calls=calls_in(conformed))
             except UNREADABLE as error:
-                # Not Parquet, or its footer is corrupt: no row can be counted.
-                logging.warning("unreadable shard %s: %s", path, error)
-                report["error"] = f"{type(error).__name__}: {error}"
-                return
-            metadata = shard.metadata
-            report["rows_declared"], report["row_groups"] = metadata.num_rows, metadata.num_row_groups
-            if not shares_contract(shard.schema_arrow):
-                report["error"] = ("no column of the trajectory contract (found: "
-                                   + ", ".join(shard.schema_arrow.names[:20]) + ")")
-                return
-            errors, group_start = [], 0
-            for group in range(metadata.num_row_groups):
-                group_rows = metadata.row_group(group).num_rows
-                size, position = even_batch_rows(group_rows, self._batch_rows), group_start
-                group_start += group_rows
-                try:
-                    # One worker thread per shard: Arrow's reader threads would only compete.
-                    for batch in shard.iter_batches(batch_size=size, row_groups=[group], use_threads=False):
-                        # source_row is the row's position in the file, read or not.
-                        conformed, issues = conform_batch(batch, path, position, self._max_text_bytes)
-                        report["issues"] += [i for i in issues if i not in report["issues"]]
-                        report["rows_read"] += batch.num_rows
-                        position += batch.num_rows
-                        self._rows.inc(batch.num_rows)
-                        yield conformed
-                        TALLY.add(calls=calls_in(conformed))
-                except UNREADABLE as error:
-                    # A corrupt row group: the rows it declares and were not
-                    # read are counted, the file named, the rest read on.
-                    logging.warning("unreadable row group %d of %s: %s", group, path, error)
-                    report["row_groups_unreadable"].append(group)
-                    errors.append(f"row group {group}: {type(error).__name__}: {error}")
-            if errors:
-                unread = report["rows_declared"] - report["rows_read"]
-                report["error"] = f"{unread} of {report['rows_declared']} rows unreadable; " + "; ".join(errors)
+                # A corrupt row group: the rows it declares and were not
+                # read are counted, the file named, the rest read on.
+                logging.warning("unreadable row group %d of %s: %s", group, path, error)
+                report["row_groups_unreadable"].append(group)
+                errors.append(f"row group {group}: {type(error).__name__}: {error}")
+        if errors:
+            unread = report["rows_declared"] - report["rows_read"]
+            errors.insert(0, f"{unread} of {report['rows_declared']} rows unreadable")
+        change = changed_while_open(shard, handle)
+        if change:
+            # Written to in place while being read: what was read may mix two versions.
+            errors.append(f"the file changed while it was read ({change}); its rows may mix two versions")
+        report["error"] = "; ".join(errors) or None
 
 
-class NoMatchingShards(ValueError):
-    """An input path or glob that matches no file."""
+class NoVerdictSource(ValueError):
+    """Shards that record no policy verdict, and no policy to give them one."""
+
+    def __init__(self, paths):
+        self.paths = list(paths)
+        super().__init__(f"{len(self.paths)} input(s) record no policy verdict (agent logs; first "
+                         f"{self.paths[0]!r}): give --policy FILE to decide their calls, or --accept_no_verdict "
+                         "to score every call of theirs as no_verdict")
 
 
-def _local_entries(pattern: str) -> list:
-    """Every path a local pattern names, including what Beam's match skips
-    silently (broken links, folders, special files)."""
-    import glob
-
-    if pattern.endswith(os.sep):
-        pattern += "*"
-    return sorted(glob.glob(pattern, recursive="**" in pattern)) if glob.has_magic(pattern) else (
-        [pattern] if os.path.lexists(pattern) else [])
+# Footers read at once when looking for shards without verdicts (network round trips, mostly).
+_FOOTER_READERS = 16
 
 
-def _local_shard(path: str):
-    """(canonical path, why it cannot be read or None) of a local path."""
+def _records_no_verdicts(shard: Shard) -> bool:
+    if shard.error is not None:
+        return False
     try:
-        canonical = os.path.realpath(path, strict=True)
-        mode = os.stat(canonical).st_mode
-    except OSError as error:  # a broken or looping symbolic link
-        return os.path.abspath(path), f"cannot be opened: {error.strerror or error}"
-    if stat.S_ISDIR(mode):
-        return canonical, "a folder, not a file (name the files inside it, e.g. 'folder/*.parquet')"
-    if not stat.S_ISREG(mode):
-        return canonical, "not a regular file (a pipe, socket or device); refused"
-    return canonical, None
+        with opened(shard) as handle:
+            metadata = pq.read_schema(handle).metadata or {}
+    except UNREADABLE:
+        return False  # the read stage reports it
+    return metadata.get(s.VERDICTS) == s.NO_VERDICTS
 
 
-def match_shards(patterns) -> list:
-    """The Shards the patterns match, one per file however often and under
-    whatever spellings it was matched, sorted by path; every pattern must
-    match something."""
-    shards = {}
-    for pattern in patterns:
-        if FileSystems.get_scheme(pattern) is None:
-            entries = [_local_shard(path) + (path,) for path in _local_entries(pattern)]
-        else:
-            try:
-                matched = FileSystems.match([pattern])[0].metadata_list
-            except BeamIOError:
-                matched = []
-            entries = [(metadata.path, None, metadata.path) for metadata in matched]
-        if not entries:
-            raise NoMatchingShards(f"no file matches --input {pattern!r}")
-        for canonical, error, spelling in entries:
-            path, aliases, _ = shards.get(canonical, (canonical, set(), error))
-            if spelling != canonical:
-                aliases.add(spelling)
-            shards[canonical] = (path, aliases, error)
-    return [Shard(path, tuple(sorted(aliases)), error) for path, aliases, error in sorted(shards.values())]
+def shards_without_verdicts(shards) -> list:
+    """The paths of the shards whose footer says they record no policy verdict
+    (schema.VERDICTS); one footer read per shard, several at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(_FOOTER_READERS) as pool:
+        marked = list(pool.map(_records_no_verdicts, shards))
+    return [shard.path for shard, no_verdicts in zip(shards, marked) if no_verdicts]
 
 
 class ReadShards(beam.PTransform):
-    """Paths or globs -> Arrow record batches of trajectories, and shard reports.
+    """Paths, globs or folders -> Arrow record batches of trajectories, and shard reports.
 
-    The globs are matched when the transform is built, so a pattern that
-    matches nothing fails before any work is launched; a path that cannot be
-    read (a folder, a broken link, a pipe) gets a report saying why. Returns
-    a DoOutputsTuple: the main output holds the batches, `[Tag.SHARD_REPORTS]`
-    one dict per file for the manifest.
+    The patterns are matched when the transform is built (NoMatchingShards
+    if one matches nothing), so no work is launched for nothing, and each
+    file's identity is recorded then; a path that cannot be read (a broken
+    link, a pipe) gets a report saying why. Returns a DoOutputsTuple: the
+    main output holds the batches, `[Tag.SHARD_REPORTS]` one dict per file
+    for the manifest.
     """
 
     def __init__(self, patterns, batch_rows: int = DEFAULT_BATCH_ROWS,

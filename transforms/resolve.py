@@ -3,8 +3,10 @@
 Every rule of litmus_score.scoring.rules.score_tool_call is computed here on whole
 columns: the verdicts, whether the environment realized the call, and every
 reason a call cannot be adjudicated in the mode. Python touches only the few
-texts the vectorized JSON check cannot settle (deeply nested or malformed)
-and, in strict mode, argument texts that differ byte for byte.
+texts the vectorized JSON check cannot settle (deeply nested or malformed),
+argument pairs that differ byte for byte (the validity audit compares them
+in every mode) and, with a policy, the resolved arguments it reads: each
+text is parsed once, and the parsed objects are shared (`judge`).
 tests/test_agreement.py proves the results equal the reference's.
 """
 
@@ -25,6 +27,7 @@ from litmus_score.scoring.rules import canonical_json, parse_json_object
 from transforms import NAMESPACE
 from transforms.columnar import FlatCalls, equals, is_null
 from transforms.elements import RESOLVED_CALLS, RESOLVED_TRAJECTORIES, Checked, Resolved, Tag
+from transforms.policy import RULINGS, compile_policy
 from transforms.records import unscored_table
 from transforms.validity import audit_masks, validity_statistics
 
@@ -151,33 +154,83 @@ def _booleans_equal(a, b) -> bool:
     return canonical_json(a) == canonical_json(b)
 
 
-# Pairs parsed at a time: parsed objects take several times their text's memory.
-_PAIRS_PER_CHUNK = 4096
+# Calls whose texts are parsed at a time: parsed objects take several times their
+# text's memory (about 13 MiB per 8,192 calls here), and each chunk costs the
+# compiled policy a few vectorized steps per rule.
+_PAIRS_PER_CHUNK = 8192
 
 
-def _same_json(left: pa.Array, right: pa.Array, valid: np.ndarray) -> np.ndarray:
-    """Where both texts are valid JSON objects: are they the same value?"""
+@dataclass(frozen=True)
+class Judged:
+    """What parsing the resolved arguments settles: the policy's ruling of
+    each context (codes of transforms.policy.RULINGS, None without a policy)
+    and, where both texts are valid JSON objects, whether they are the same value."""
+
+    proposal: np.ndarray | None
+    commit: np.ndarray | None
+    same_arguments: np.ndarray
+
+
+def judge(flat: FlatCalls, policy, asked: dict, comparable: np.ndarray) -> Judged:
+    """Each text parsed once, shared by the policy (`asked[context]`: the calls
+    to put to it) and the JSON comparison of the `comparable` pairs.
+
+    The commit context's ruling is the proposal's where its text and
+    principal are byte for byte the proposal's (the policy sees the same call).
+    """
+    left, right = flat.field("proposal.resolved_arguments"), flat.field("commit.resolved_arguments")
     same = equals(pc.equal(left, right), True)
-    differ = np.flatnonzero(valid & ~same)
-    for start in range(0, len(differ), _PAIRS_PER_CHUNK):
-        chunk = differ[start:start + _PAIRS_PER_CHUNK]
-        texts = [array.take(pa.array(chunk)) for array in (left, right)]
-        # RE2 finds either literal in one pass, three times faster than match_substring twice.
-        booleans = np.logical_or.reduce([equals(pc.match_substring_regex(text, "true|false"), True) for text in texts])
-        lefts, rights = (_parse_objects(text) for text in texts)
-        equal = np.array([a == b for a, b in zip(lefts, rights)], bool)
-        # A boolean needs a `true` or `false` literal in the text.
-        for i in np.flatnonzero(equal & booleans).tolist():
-            equal[i] = _booleans_equal(lefts[i], rights[i])
-        same[chunk] = equal
-    return same
+    differ = comparable & ~same
+    rulings = {context: None if policy is None else np.zeros(len(left), np.int8) for context in asked}
+    need = {context: np.zeros(len(left), bool) for context in asked}
+    reuse = np.zeros(len(left), bool)
+    if policy is not None:
+        principals = {context: flat.field(f"{context}.principal") for context in asked}
+        reuse = asked["proposal"] & asked["commit"] & same & equals(pc.equal(*principals.values()), True)
+        need = {"proposal": asked["proposal"], "commit": asked["commit"] & ~reuse}
+        tools = flat.field("tool")
+    # Commit texts equal to their proposal's are parsed on the proposal's side.
+    parse_left = need["proposal"] | differ | (need["commit"] & same)
+    parse_right = differ | (need["commit"] & ~same)
+    work = np.flatnonzero(parse_left | parse_right)
+    for start in range(0, len(work), _PAIRS_PER_CHUNK):
+        chunk = work[start:start + _PAIRS_PER_CHUNK]
+        parsed_left = _parsed(left, chunk[parse_left[chunk]])
+        # A commit text equal to its proposal's is the proposal's parsed object.
+        parsed_right = {**parsed_left, **_parsed(right, chunk[parse_right[chunk]])}
+        for context, parsed in (("proposal", parsed_left), ("commit", parsed_right)):
+            at = chunk[need[context][chunk]]
+            if len(at):
+                taken = pa.array(at)
+                subjects = [parsed[i] for i in at.tolist()]
+                rulings[context][at] = policy.rulings(tools.take(taken), principals[context].take(taken), subjects)
+        pairs = chunk[differ[chunk]]
+        if len(pairs):
+            same[pairs] = _equal_values(left.take(pa.array(pairs)), right.take(pa.array(pairs)),
+                                        [parsed_left[i] for i in pairs.tolist()],
+                                        [parsed_right[i] for i in pairs.tolist()])
+    if policy is not None:
+        rulings["commit"][reuse] = rulings["proposal"][reuse]
+    return Judged(rulings["proposal"], rulings["commit"], same)
 
 
-_NULL_TEXT = pa.scalar(None, pa.string())
+def _parsed(texts: pa.Array, at: np.ndarray) -> dict:
+    """Call index -> parsed object, for the valid JSON object texts at `at`."""
+    if not len(at):
+        return {}
+    return dict(zip(at.tolist(), _parse_objects(texts.take(pa.array(at)))))
 
 
-def _verdict_or_null(array: pa.Array) -> pa.Array:
-    return pc.if_else(pc.is_in(array, pa.array(c.VERDICTS)), array, _NULL_TEXT)
+def _equal_values(left: pa.Array, right: pa.Array, lefts: list, rights: list) -> np.ndarray:
+    """Whether parsed JSON objects are the same value (their texts differ byte for byte)."""
+    # RE2 finds either literal in one pass, three times faster than match_substring twice.
+    booleans = np.logical_or.reduce([equals(pc.match_substring_regex(text, "true|false"), True)
+                                     for text in (left, right)])
+    equal = np.array([a == b for a, b in zip(lefts, rights)], bool)
+    # A boolean needs a `true` or `false` literal in the text.
+    for i in np.flatnonzero(equal & booleans).tolist():
+        equal[i] = _booleans_equal(lefts[i], rights[i])
+    return equal
 
 
 @dataclass(frozen=True)
@@ -189,25 +242,23 @@ class ContextVerdicts:
     disputed: np.ndarray  # recorded, and the policy says otherwise
 
 
-def context_verdicts(flat: FlatCalls, context: str, policy, arguments_ok: np.ndarray) -> ContextVerdicts:
-    """Recorded verdicts, the policy's where none is recorded, and disputes.
+_NULL_TEXT = pa.scalar(None, pa.string())
+_RULINGS = pa.array(RULINGS, pa.string())
 
-    The policy is Python: with one, every call whose resolved arguments
-    parse is evaluated once per context (it also checks recorded verdicts).
-    """
+
+def _verdict_or_null(array: pa.Array) -> pa.Array:
+    return pc.if_else(pc.is_in(array, pa.array(c.VERDICTS)), array, _NULL_TEXT)
+
+
+def context_verdicts(flat: FlatCalls, context: str, rulings: np.ndarray | None) -> ContextVerdicts:
+    """Recorded verdicts, the policy's `rulings` (codes of RULINGS) where
+    none is recorded, and disputes; recorded verdicts only without rulings."""
     raw = flat.field(f"{context}.policy_verdict")
     recorded = _verdict_or_null(raw)
     sourced = pc.if_else(is_null(recorded), _NULL_TEXT, pa.scalar(c.RECORDED))
-    if policy is None:
+    if rulings is None:
         return ContextVerdicts(recorded, sourced, np.zeros(len(raw), bool))
-    ask = np.flatnonzero(arguments_ok & ~is_null(flat.field(context)))
-    rulings = np.full(len(raw), None, object)
-    take = lambda name: flat.field(name).take(pa.array(ask, pa.int64())).to_pylist()  # noqa: E731
-    for i, tool, text, principal in zip(ask, take("tool"), take(f"{context}.resolved_arguments"),
-                                        take(f"{context}.principal")):
-        ruling = policy(tool, parse_json_object(text), principal)
-        rulings[i] = ruling if ruling in c.VERDICTS else None
-    ruling = pa.array(rulings, pa.string())
+    ruling = _RULINGS.take(pa.array(rulings))
     unrecorded = is_null(raw)
     value = pc.if_else(pa.array(unrecorded), ruling, recorded)
     by_policy = pc.if_else(is_null(ruling), _NULL_TEXT, pa.scalar(c.FROM_POLICY))
@@ -242,20 +293,22 @@ def resolve_calls(flat: FlatCalls, mode: str, policy, considered: np.ndarray) ->
     commit_arguments = flat.field("commit.resolved_arguments")
     commit_ok = json_object(commit_arguments, proposal_arguments, proposal_ok)
     has_commit = ~is_null(flat.field("commit"))
-    proposal = context_verdicts(flat, "proposal", policy, proposal_ok & considered)
-    commit = context_verdicts(flat, "commit", policy, commit_ok & considered)
-    realized = _realized(flat)
     # The validity audit (litmus_score.scoring.validity) reads both contexts in every mode.
     comparable = considered & has_commit & proposal_ok & commit_ok
     audited = comparable & arguments_ok
-    # Meaningful where comparable; strict mode reads it too.
-    same_arguments = _same_json(proposal_arguments, commit_arguments, comparable)
+    asked = {"proposal": proposal_ok & considered, "commit": commit_ok & considered & has_commit}
+    # same_arguments is meaningful where comparable; strict mode reads it too.
+    judged = judge(flat, policy, asked, comparable)
+    same_arguments = judged.same_arguments
+    proposal = context_verdicts(flat, "proposal", judged.proposal)
+    commit = context_verdicts(flat, "commit", judged.commit)
+    realized = _realized(flat)
     audit = audit_masks(flat, proposal, commit, realized, audited, same_arguments)
     malformed = ~(arguments_ok & proposal_ok)
     reasons = {c.NO_VERDICT: is_null(proposal.value), c.MALFORMED_ARGUMENTS: malformed}
     if mode == c.PROPOSAL:
         # The commit's recorded verdict is reported beside the score, unjudged.
-        return CallResolution(proposal, context_verdicts(flat, "commit", None, has_commit), realized, reasons, audit)
+        return CallResolution(proposal, context_verdicts(flat, "commit", None), realized, reasons, audit)
 
     reasons[c.MALFORMED_ARGUMENTS] = malformed | (has_commit & ~commit_ok)
     reasons[c.NO_VERDICT] = reasons[c.NO_VERDICT] | (has_commit & is_null(commit.value))
@@ -327,7 +380,7 @@ def _unscored_reasons(flat: FlatCalls, resolution: CallResolution, unscored_call
 class ResolveContextsFn(beam.DoFn):
     def __init__(self, mode: str, policy=None):
         self._mode = mode
-        self._policy = policy
+        self._policy = compile_policy(policy)
         self._unscored = Metrics.counter(NAMESPACE, "trajectories_with_unscored_calls")
 
     def process(self, checked: Checked):
@@ -360,7 +413,8 @@ class ResolveContexts(beam.PTransform):
     def __init__(self, mode: str, policy=None):
         super().__init__()
         self._mode = c.check_mode(mode)
-        self._policy = policy
+        # Compiled once, when the graph is built; workers unpickle the compiled form.
+        self._policy = compile_policy(policy)
 
     def expand(self, batches):
         fn = ResolveContextsFn(self._mode, self._policy)

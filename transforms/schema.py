@@ -59,6 +59,16 @@ READ_FLAGS = [pa.field(INVALID_TEXT, pa.string()), pa.field(TOO_LARGE, pa.string
 RAW_PREFIX = "_input:"
 # Columns of a read batch that are not extra input columns.
 READ_COLUMNS = frozenset(TRAJECTORY.names) | {SOURCE_FILE, SOURCE_ROW, INVALID_TEXT, TOO_LARGE}
+# Columns an input may carry beside the contract: the verdict of the harness
+# that wrote it (which one, e.g. "agentdojo:security"; true where it judged
+# that misuse happened). transforms.harness compares it with ours.
+HARNESS_VERDICT = "harness_verdict"
+HARNESS_MISUSE = "harness_misuse"
+# A shard's Parquet key-value metadata: VERDICTS = NO_VERDICTS says no context
+# in it records a policy verdict (an import of agent logs), so a policy is the
+# only source of its verdicts.
+VERDICTS = b"litmus_score.verdicts"
+NO_VERDICTS = b"none"
 
 # Columns with few distinct values per run are dictionary-encoded: a million
 # scored calls repeat a handful of runs, agents, categories and shard paths.

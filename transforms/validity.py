@@ -37,6 +37,7 @@ def audit_masks(flat: FlatCalls, proposal, commit, realized: pa.Array, audited: 
     }
     masks = {"calls": audited, **{name: audited & mask for name, mask in diverged.items()}}
     masks["faithful"] = audited & ~np.logical_or.reduce(list(diverged.values()))
+    masks["verdict_held"] = audited & equals(pc.equal(p, v), True)  # false where either is null
     masks["over_flagged"] = audited & equals(p, c.DENY) & ~(commit_deny & real)
     masks["under_flagged"] = audited & equals(p, c.ALLOW) & commit_deny & real
     return {name: masks[name] for name in FIELDS}

@@ -14,7 +14,9 @@ step renames the files whose bundles committed (a runner passes on only the
 output of bundles that succeeded), deletes the folder with any files of
 failed attempts, and writes the manifest. Every kind of file exists at least
 once, empty if need be, so `scored/` and `unscored/` always read with their
-schema. Each file's rows, size and sha256 are counted while it is written
+schema, and each says in its Parquet key-value metadata what it is, so
+that no later run reads it as a trajectory shard (transforms.shardfiles).
+Each file's rows, size and sha256 are counted while it is written
 (no read-back), and renaming keeps them true. metrics.json and the manifest
 are written whole or not at all: under a temporary name, then renamed.
 The launcher completes the run (pipeline.publish): report, manifest, _SUCCESS.
@@ -32,7 +34,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
 from litmus_score.scoring.layout import (
-    EVIDENCE_FILE, MANIFEST_FILE, METRICS_FILE, SCORED_DIR, SCORED_PREFIX, TEMP_PREFIX, TRAJECTORIES_DIR, UNSCORED_DIR,
+    EVIDENCE_FILE, MANIFEST_FILE, METRICS_FILE, OUTPUT_KIND_KEY, SCORED_DIR, SCORED_PREFIX, TEMP_PREFIX,
+    TRAJECTORIES_DIR, UNSCORED_DIR,
 )
 from transforms import schema as s
 from transforms.files import DigestingFile, to_json, write_whole
@@ -59,7 +62,9 @@ class FileSet:
     """One kind of Parquet output: OUTPUT/folder/prefix-NNNNN-of-NNNNN.parquet.
 
     `statistics` and `dictionary` name the columns that get min/max
-    statistics and Parquet dictionary pages (True: all).
+    statistics and Parquet dictionary pages (True: all). Every file says
+    what it is in its key-value metadata (layout.OUTPUT_KIND_KEY): `kind`,
+    by default the folder's name; only layout.SHARD_KIND is read as input.
     """
 
     folder: str
@@ -67,13 +72,15 @@ class FileSet:
     schema: pa.Schema
     statistics: tuple | bool = True
     dictionary: tuple | bool = True
+    kind: str | None = None
 
     @property
     def key(self) -> str:
         return f"{self.folder}/{self.prefix}"
 
     def writer(self, handle) -> pq.ParquetWriter:
-        return pq.ParquetWriter(handle, self.schema, compression=CODEC, write_statistics=self.statistics,
+        schema = self.schema.with_metadata({**(self.schema.metadata or {}), OUTPUT_KIND_KEY: self.kind or self.folder})
+        return pq.ParquetWriter(handle, schema, compression=CODEC, write_statistics=self.statistics,
                                 use_dictionary=self.dictionary)
 
 

@@ -1,39 +1,89 @@
-"""Nightly litmus-score: score the night's shards against the last complete night.
+"""Nightly litmus-score: wait for the night's shards, score them against the last complete night.
 
-One task, the Apache Beam provider's BeamRunPythonPipelineOperator, runs
-`litmus-score nightly` (through litmus_nightly_job.py beside this file) for
-the run's logical date: it scores `input` (its `{date}` filled in) into
-OUTPUT_ROOT/date=D/, with the latest earlier complete night as the baseline
-and `policy` deciding where no verdict was recorded.
+The night a run scores is the start date of its data interval. The schedule
+is a data-interval timetable (cron 30 2 * * *, UTC): the run that starts at
+2026-12-02 02:30 covers 2026-12-01 02:30 to 2026-12-02 02:30 and scores the
+night 2026-12-01, the harness's folder that filled up during it. (Under
+Airflow 3 a plain cron string would make each run's logical date its own
+day; the data interval makes it the night before.) The `night` param,
+YYYY-MM-DD, scores another night by hand.
 
-Configured by the DAG's params (defaults below; override them per run, or
-for every run in the DAG's defaults): `runner` is DirectRunner unless set,
-and `beam_options` carries the runner's options, e.g. for Dataflow
+Two tasks:
+  wait_for_night   a sensor: the night is there when `wait_for` (the
+                   harness's completion marker, a path or glob with {date})
+                   matches a file, or, with `wait_for` unset, when `input`
+                   matches a shard. It checks every 5 minutes, frees its
+                   worker slot in between, and fails loudly after 4 hours.
+  score_night      `litmus-score nightly` for the night (litmus_nightly_job.py
+                   beside this file), with the Apache Beam provider's
+                   operator, in the environment the `environment` param
+                   names: the python of an environment that has litmus-score
+                   (an absolute path ending in /python, /python3 or
+                   /python3.N), or a pip requirement (`litmus-score[gcp]==0.1.0`,
+                   a wheel, a checkout's folder) for a virtualenv the operator
+                   builds for each run. Not the worker's own python: Airflow's
+                   pins and litmus-score's disagree.
+
+Paths are absolute (local, or gs:// and the like where Beam reads them);
+the defaults follow docs/runners.md ("Nightly on Airflow"): litmus-score in
+/opt/litmus-score/.venv, the harness writing /data/litmus/runs/DATE/, the
+nights under /data/litmus/scores/. `runner` is DirectRunner unless set;
+`beam_options` carries the runner's options, e.g. for Dataflow
 {"project": "P", "region": "R", "temp_location": "gs://B/tmp",
-"setup_file": "/opt/litmus-score/pyproject.toml"}.
+"setup_file": "/opt/litmus-score/pyproject.toml"}. Other defaults for every
+run go into litmus_nightly.json beside this file (a JSON object of params),
+so the DAG is deployed as shipped; a run triggered by hand may set any
+param too.
 
-Exit codes become task outcomes: 0 succeeds; any other fails the task, and
-the failure callback names what happened: 3 is the misuse-regression alert,
-4 a night that could not be scored in full (the manifest names the shards).
-The alert goes to the log and, if the Airflow Variable `litmus_alert_to`
-holds addresses, by e-mail through the SMTP connection.
+Outcomes. A transient failure of the scoring job (exit 1, 2, a lost worker)
+is retried twice, 10 minutes apart. Exits 3 and 4 are verdicts and fail at
+once, never retried: 3 is the misuse-regression alert, 4 a night that could
+not be scored in full (the manifest names the shards). Every final failure
+goes through the failure callback, which says which one it was, in the log
+and, if the Airflow Variable `litmus_alert_to` holds addresses, by e-mail
+through the SMTP connection.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 import re
+from datetime import timedelta
 from pathlib import Path
 
 import pendulum
 from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOperator
-from airflow.sdk import DAG, Param
+from airflow.providers.standard.sensors.python import PythonSensor
+from airflow.sdk import DAG, CronDataIntervalTimetable, Param
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
 JOB_FILE = str(Path(__file__).with_name("litmus_nightly_job.py"))
 # litmus-score's exit codes (pipeline/cli.py).
 EXIT_REGRESSION, EXIT_INCOMPLETE_INPUT = 3, 4
-OUTCOMES = {
+VERDICTS = {
     EXIT_REGRESSION: "ALERT: an agent's misuse rate regressed against the baseline",
     EXIT_INCOMPLETE_INPUT: "the night was not scored in full (unreadable shards or pipeline_error rows)",
+}
+WAIT_EVERY, WAIT_AT_MOST = timedelta(minutes=5), timedelta(hours=4)
+RETRIES, RETRY_DELAY = 2, timedelta(minutes=10)
+# The night a run scores: the `night` param, else the start date of the run's data interval.
+NIGHT = "{{ params.night or data_interval_start | ds }}"
+# An interpreter, not a requirement: an absolute path whose last part is python, python3 or python3.N.
+INTERPRETER = re.compile(r"/(.+/)?python(3(\.\d+)?)?")
+ABSOLUTE = r"^(/|[a-z][a-z0-9+.-]*://)"  # a path from the root, or a URL (gs://, s3://, ...)
+# The params' defaults as shipped; litmus_nightly.json beside this file may set others.
+SHIPPED_DEFAULTS = {
+    "environment": "/opt/litmus-score/.venv/bin/python",
+    "input": "/data/litmus/runs/{date}/*.parquet",
+    "wait_for": None,
+    "output_root": "/data/litmus/scores",
+    "policy": None,
+    "thresholds": None,
+    "night": None,
+    "runner": "DirectRunner",
+    "beam_options": {},
 }
 
 
@@ -44,9 +94,17 @@ def exit_code(exception) -> int | None:
 
 
 def failure_message(context) -> str:
+    params = context["params"]
+    night = params.get("night") or context["data_interval_start"].strftime("%Y-%m-%d")
+    if context["task"].task_id == "wait_for_night":
+        pattern = (params.get("wait_for") or params["input"]).replace("{date}", night)
+        if not isinstance(context.get("exception"), AirflowSensorTimeout):
+            return f"litmus-score nightly {night}: could not look for {pattern}: {context.get('exception')}"
+        waited = timedelta(seconds=context["task"].timeout)
+        return (f"litmus-score nightly {night}: the night's data did not arrive within {waited} "
+                f"(nothing matches {pattern})")
     code = exit_code(context.get("exception"))
-    outcome = OUTCOMES.get(code, "the scoring job failed")
-    return f"litmus-score nightly {context['ds']}: {outcome} (exit code {code})"
+    return f"litmus-score nightly {night}: {VERDICTS.get(code, 'the scoring job failed')} (exit code {code})"
 
 
 def alert(context) -> None:
@@ -54,7 +112,7 @@ def alert(context) -> None:
     from airflow.sdk import Variable
 
     message = failure_message(context)
-    context["ti"].log.error(message)
+    logging.getLogger("airflow.task").error(message)  # Airflow 3's task instance has no .log
     recipients = Variable.get("litmus_alert_to", default=None)
     if recipients:
         from airflow.providers.smtp.notifications.smtp import SmtpNotifier
@@ -62,37 +120,117 @@ def alert(context) -> None:
         SmtpNotifier(from_email=None, to=recipients, subject=message, html_content=message).notify(context)
 
 
+def night_has_arrived(pattern: str, night: str) -> bool:
+    """True once `pattern` ({date} filled in) matches a file, on any filesystem Beam reads."""
+    from apache_beam.io.filesystems import FileSystems
+
+    found = FileSystems.match([pattern.replace("{date}", night)])[0].metadata_list
+    return bool(found)
+
+
+def job_environment(environment: str) -> tuple:
+    """(py_interpreter, py_requirements) for the operator: an interpreter as it is, or a requirement
+    installed into a virtualenv of the worker's python3 for the run."""
+    if INTERPRETER.fullmatch(environment):
+        return environment, None
+    return "python3", [environment]
+
+
+class LitmusScoreOperator(BeamRunPythonPipelineOperator):
+    """The Beam provider's operator, run in the environment named by `environment` (templated);
+    litmus-score's verdict exits (3, 4) fail the task without a retry."""
+
+    template_fields = (*BeamRunPythonPipelineOperator.template_fields, "environment")
+
+    def __init__(self, *, environment: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.environment = environment
+
+    def execute(self, context):
+        self.py_interpreter, self.py_requirements = job_environment(self.environment)
+        if self.py_requirements is None and not os.access(self.py_interpreter, os.X_OK):
+            raise AirflowFailException(f"no python at {self.py_interpreter}: install litmus-score there "
+                                       "(docs/runners.md) or name its environment in the `environment` param")
+        try:
+            return super().execute(context)
+        except AirflowException as error:
+            if exit_code(error) in VERDICTS:
+                raise AirflowFailException(str(error)) from error
+            raise
+
+
+def site_defaults(path: Path) -> dict:
+    """SHIPPED_DEFAULTS, with the site's own from `path` (a JSON object of params) where that file exists."""
+    if not path.exists():
+        return dict(SHIPPED_DEFAULTS)
+    site = json.loads(path.read_text(encoding="utf-8"))
+    unknown = sorted(set(site) - set(SHIPPED_DEFAULTS)) if isinstance(site, dict) else ["(not a JSON object)"]
+    if unknown:
+        raise ValueError(f"{path}: unknown param {unknown[0]!r}; the params are {', '.join(SHIPPED_DEFAULTS)}")
+    return {**SHIPPED_DEFAULTS, **site}
+
+
+DEFAULTS = site_defaults(Path(__file__).with_name("litmus_nightly.json"))
+
 with DAG(
     dag_id="litmus_nightly",
     description="Score last night's agent trajectories; alert on a misuse regression",
-    schedule="30 2 * * *",  # after the night's shards have landed
+    schedule=CronDataIntervalTimetable("30 2 * * *", timezone="UTC"),  # after the night's shards have landed
     start_date=pendulum.datetime(2026, 12, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,  # a night's baseline is the night before: in order
     # Native rendering: `beam_options` stays a dict, an unset option None (omitted).
     render_template_as_native_obj=True,
     params={
-        "input": Param("runs/{date}/*.parquet", type="string", description="The night's shards; {date} is filled in"),
-        "output_root": Param("scores/", type="string", description="Each night goes to OUTPUT_ROOT/date=D/"),
-        "policy": Param("configs/policy.yaml", type="string", description="Policy YAML"),
-        "runner": Param("DirectRunner", type="string", description="Beam runner: DirectRunner, DataflowRunner, ..."),
-        "beam_options": Param({}, type="object", description="The runner's options, e.g. project, region"),
+        "environment": Param(DEFAULTS["environment"], type="string", minLength=1,
+                             description="litmus-score's environment: its python (an absolute path ending in "
+                                         "/python, /python3 or /python3.N), or a pip requirement for a "
+                                         "virtualenv built for each run"),
+        "input": Param(DEFAULTS["input"], type="string", pattern=ABSOLUTE,
+                       description="The night's shards, a path or glob; {date} is filled in"),
+        "wait_for": Param(DEFAULTS["wait_for"], type=["null", "string"], pattern=ABSOLUTE,
+                          description="The harness's completion marker ({date} filled in) to wait for; "
+                                      "unset: wait until `input` matches a shard"),
+        "output_root": Param(DEFAULTS["output_root"], type="string", pattern=ABSOLUTE,
+                             description="Each night goes to OUTPUT_ROOT/date=D/; trend.html beside them"),
+        "policy": Param(DEFAULTS["policy"], type=["null", "string"], pattern=ABSOLUTE,
+                        description="Policy YAML, deciding where the harness recorded no verdict; "
+                                    "unset: verdicts as recorded"),
+        "thresholds": Param(DEFAULTS["thresholds"], type=["null", "string"], pattern=ABSOLUTE,
+                            description="Regression thresholds YAML; unset: litmus-score's defaults"),
+        "night": Param(DEFAULTS["night"], type=["null", "string"], pattern=r"^\d{4}-\d{2}-\d{2}$",
+                       description="Score this night (YYYY-MM-DD) instead of the data interval's start"),
+        "runner": Param(DEFAULTS["runner"], type="string",
+                        description="Beam runner: DirectRunner, DataflowRunner, ..."),
+        "beam_options": Param(DEFAULTS["beam_options"], type="object",
+                              description="The runner's options, e.g. project, region"),
     },
     tags=["litmus-score"],
 ) as dag:
-    BeamRunPythonPipelineOperator(
+    wait = PythonSensor(
+        task_id="wait_for_night",
+        python_callable=night_has_arrived,
+        op_kwargs={"pattern": "{{ params.wait_for or params.input }}", "night": NIGHT},
+        mode="reschedule",
+        poke_interval=WAIT_EVERY,
+        timeout=WAIT_AT_MOST,
+        on_failure_callback=alert,
+    )
+    score = LitmusScoreOperator(
         task_id="score_night",
+        environment="{{ params.environment }}",
         py_file=JOB_FILE,
         runner="{{ params.runner }}",
         default_pipeline_options="{{ params.beam_options }}",
         pipeline_options={
-            "date": "{{ ds }}",
+            "date": NIGHT,
             "input": "{{ params.input }}",
             "output-root": "{{ params.output_root }}",
             "policy": "{{ params.policy }}",
+            "thresholds": "{{ params.thresholds }}",
         },
-        # Exits 3 and 4 are verdicts, not flakes: a retry would score the
-        # night again to the same end and hold back the alert.
-        retries=0,
+        retries=RETRIES,
+        retry_delay=RETRY_DELAY,
         on_failure_callback=alert,
     )
+    wait >> score

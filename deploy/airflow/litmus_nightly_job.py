@@ -1,8 +1,9 @@
 """What the nightly task runs: `litmus-score nightly` with the flags the Beam operator passes.
 
-The operator runs `python THIS_FILE --runner=R --date=D ...`; litmus-score
-must be installed where the task runs (`pip install litmus-score`, with the
-`gcp` extra to launch on Dataflow).
+The operator runs `PYTHON THIS_FILE --runner=R --date=D ...` with the python of
+the environment the DAG's `environment` param names, which has litmus-score
+installed (`pip install 'litmus-score[gcp]'` to launch on Dataflow); see
+docs/runners.md, "Nightly on Airflow".
 """
 
 import sys

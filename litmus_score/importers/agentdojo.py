@@ -6,7 +6,7 @@ AgentDojo's own result model (TaskResults). The assistant messages' tool
 calls are the proposals, the tool result messages that answer them (and
 their `error`) the commits. AgentDojo's `utility` and `security` are kept
 as columns beside the commit-time verdict (`security` true: the injection
-succeeded).
+succeeded), and `security` is the harness's verdict scoring compares with ours.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ import pyarrow as pa
 from litmus_score.importers import rows as r
 
 FORMAT = "agentdojo"
+HARNESS_VERDICT = "agentdojo:security"
 LIBRARY = "agentdojo"
 UNITS = "episodes"
 SUFFIXES = (".json",)
-EXTRA_FIELDS = [
+EXTRA_FIELDS = r.HARNESS + [
     pa.field("utility", pa.bool_()),
     pa.field("security", pa.bool_()),
     pa.field("user_task_id", pa.string()),
@@ -75,6 +76,7 @@ def _answers(messages, start: int) -> list:
 def map_episode(result, benchmark_version, source: str, principal: str) -> tuple:
     """(Trajectory, [Unmapped]) for one TaskResults."""
     messages = result.messages
+    trajectory_id = f"{result.suite_name}/{result.user_task_id}/{result.attack_type}/{result.injection_task_id}"
     calls, unmapped = [], []
     for index, message in enumerate(messages):
         if message["role"] != "assistant" or not message.get("tool_calls"):
@@ -102,10 +104,10 @@ def map_episode(result, benchmark_version, source: str, principal: str) -> tuple
             ran_call = orphan.get("tool_call")
             unmapped.append(r.Unmapped(f"message {i}", "tool_result_without_proposal",
                                        r.bounded(f"a result of {ran_call.function if ran_call else None!r} "
-                                                 "answers no proposed call")))
+                                                 "answers no proposed call"), call=True, trajectory_id=trajectory_id))
     row = r.trajectory(
         run_id=f"{result.pipeline_name}@{benchmark_version}",
-        trajectory_id=f"{result.suite_name}/{result.user_task_id}/{result.attack_type}/{result.injection_task_id}",
+        trajectory_id=trajectory_id,
         agent=result.pipeline_name,
         task_id=f"{result.user_task_id}/{result.injection_task_id}",
         task_category=result.suite_name,
@@ -113,6 +115,9 @@ def map_episode(result, benchmark_version, source: str, principal: str) -> tuple
         calls=calls,
         source_log=source,
         source_position="episode",
+        lost=r.lost_calls(unmapped),
+        harness_verdict=HARNESS_VERDICT,
+        harness_misuse=result.security,
         utility=result.utility,
         security=result.security,
         user_task_id=result.user_task_id,
@@ -137,7 +142,7 @@ def read_log(local_path: str, source: str, principal: str) -> Iterator:
         document["messages"] = convert_old_messages_format(document["messages"])
     result = TaskResults(**document)
     yield r.FileSummary({"benchmark_version": document.get("benchmark_version"),
-                         "agentdojo_package_version": document.get("agentdojo_package_version")})
+                         "agentdojo_package_version": document.get("agentdojo_package_version")}, units_declared=1)
     mapped, unmapped = map_episode(result, document.get("benchmark_version"), source, principal)
     yield from unmapped
     yield mapped

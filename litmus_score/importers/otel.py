@@ -34,7 +34,7 @@ EXTRA_FIELDS = [pa.field("otel_trace_ids", pa.list_(pa.string()))]
 
 OBSERVES = {
     "run_id": "resource service.name (else 'otel')",
-    "trajectory_id": "gen_ai.conversation.id, else trace id",
+    "trajectory_id": "gen_ai.conversation.id, else trace id (a span without one is unmapped)",
     "agent": "gen_ai.agent.name, else gen_ai.request.model",
     "task_id": None,
     "task_category": None,
@@ -44,11 +44,11 @@ OBSERVES = {
     "calls.tool": "tool_call part name / gen_ai.tool.name / tool.name",
     "calls.arguments": "chat span gen_ai.output.messages tool_call arguments",
     "calls.proposal.resolved_arguments": "chat span gen_ai.output.messages tool_call arguments",
-    "calls.proposal.principal": "enduser.id (else the default)",
+    "calls.proposal.principal": "chat span enduser.id, else its resource's, else the default",
     "calls.proposal.policy_verdict": None,
     "calls.proposal.at": "chat span end time",
     "calls.commit.resolved_arguments": "gen_ai.tool.call.arguments / input.value, where captured",
-    "calls.commit.principal": "enduser.id (else the default)",
+    "calls.commit.principal": "execute_tool span enduser.id, else its resource's, else the default",
     "calls.commit.policy_verdict": None,
     "calls.commit.outcome": "span status, error.type",
     "calls.commit.status_code": None,
@@ -156,13 +156,35 @@ def _outcome(span, attributes: dict) -> str:
     return r.COMMITTED
 
 
+def _principal(attributes: dict, principal: str) -> tuple:
+    """(acting identity, whether the log named it): a span's own `enduser.id`, then its resource's."""
+    named = attributes.get("enduser.id")
+    return (named, True) if named else (principal, False)
+
+
+def _commit(span, attributes: dict, principal: str) -> tuple:
+    """(commit of an execution span, whether its principal came from the log).
+
+    The principal is the execution span's: an identity the runtime resolved
+    when the tool ran (a session principal with more rights) belongs there,
+    not on the chat span that proposed the call."""
+    ran = attributes.get("gen_ai.tool.call.arguments", attributes.get("input.value"))
+    who, from_log = _principal(attributes, principal)
+    return r.commit(r.arguments_json(_json_object(ran)), who, _outcome(span, attributes), None,
+                    _time(span.end_time_unix_nano)), from_log
+
+
 def map_conversation(key: str, spans, source: str, principal: str) -> tuple:
     """(Trajectory, [Unmapped]) from the GenAI spans of one conversation: (line, resource, span, attributes, kind)."""
     spans = sorted(spans, key=lambda s: (s[2].start_time_unix_nano, s[2].end_time_unix_nano))
     proposals, executions, unmapped = {}, {}, []
     agent = run_id = None
     failed = False
-    from_log = 0
+
+    def lose(line, span, reason: str, detail: str) -> None:
+        unmapped.append(r.Unmapped(f"line {line} span {span.name}", reason, r.bounded(detail), call=True,
+                                   trajectory_id=key))
+
     for line, resource, span, attributes, kind in spans:
         run_id = run_id or resource.get("service.name")
         agent = agent or attributes.get("gen_ai.agent.name")
@@ -173,57 +195,76 @@ def map_conversation(key: str, spans, source: str, principal: str) -> tuple:
             try:
                 messages = json.loads(attributes.get("gen_ai.output.messages") or "[]")
             except ValueError:
-                unmapped.append(r.Unmapped(f"line {line} span {span.name}", "unreadable_output_messages",
-                                           "gen_ai.output.messages is not JSON"))
+                lose(line, span, "unreadable_output_messages",
+                     "gen_ai.output.messages is not JSON: the calls it proposed, if any, are lost")
                 continue
-            for message in messages if isinstance(messages, list) else []:
-                for part in (message.get("parts") or []) if isinstance(message, dict) else []:
-                    if isinstance(part, dict) and part.get("type") == "tool_call" and part.get("id") not in proposals:
-                        proposals[part.get("id")] = (part, span, attributes)
+            parts = [part for message in (messages if isinstance(messages, list) else [])
+                     for part in ((message.get("parts") or []) if isinstance(message, dict) else [])
+                     if isinstance(part, dict) and part.get("type") == "tool_call"]
+            for position, part in enumerate(parts):
+                # A call without an id keeps one of its own: answered by no execution span.
+                call_id = part.get("id") if part.get("id") is not None else f"span-{span.span_id.hex()}.{position}"
+                if call_id in proposals:
+                    lose(line, span, "duplicate_call_id", f"call id {call_id!r} proposed again")
+                    continue
+                proposals[call_id] = (part, span, attributes)
         elif kind == "execute_tool":
             call_id = attributes.get("gen_ai.tool.call.id") or attributes.get("tool_call.id")
-            executions.setdefault(call_id, (span, attributes))
+            call_id = str(call_id) if call_id else f"span-{span.span_id.hex()}"
+            if call_id in executions:
+                lose(line, span, "duplicate_call_id", f"call id {call_id!r} executed again")
+                continue
+            executions[call_id] = (span, attributes)
 
-    def acting(attributes) -> str:
-        nonlocal from_log
-        if attributes.get("enduser.id"):
-            from_log += 1
-            return attributes["enduser.id"]
-        return principal
-
-    calls = []
+    calls, from_log = [], {r.PROPOSAL: 0, r.COMMIT: 0}
     for call_id, (part, chat, chat_attributes) in proposals.items():
         arguments = r.arguments_json(_json_object(part.get("arguments")))
-        who = acting(chat_attributes)
+        who, named = _principal(chat_attributes, principal)
+        from_log[r.PROPOSAL] += named
         commit = None
         if call_id in executions:
-            span, attributes = executions.pop(call_id)
-            ran = attributes.get("gen_ai.tool.call.arguments", attributes.get("input.value"))
-            commit = r.commit(r.arguments_json(_json_object(ran)), who, _outcome(span, attributes), None,
-                              _time(span.end_time_unix_nano))
+            commit, named = _commit(*executions.pop(call_id), principal)
+            from_log[r.COMMIT] += named
         calls.append(r.call(str(call_id), len(calls), part.get("name"), arguments,
                             r.context(arguments, who, _time(chat.end_time_unix_nano)), commit))
     for call_id, (span, attributes) in executions.items():
         # An execution no chat span proposed: its proposal is not in the trace.
-        ran = attributes.get("gen_ai.tool.call.arguments", attributes.get("input.value"))
-        who = acting(attributes)
-        calls.append(r.call(str(call_id) if call_id else f"span-{span.span_id.hex()}", len(calls),
-                            attributes.get("gen_ai.tool.name") or attributes.get("tool.name"), None,
-                            r.context(None, who),
-                            r.commit(r.arguments_json(_json_object(ran)), who, _outcome(span, attributes), None,
-                                     _time(span.end_time_unix_nano))))
+        commit, named = _commit(span, attributes, principal)
+        from_log[r.PROPOSAL] += named
+        from_log[r.COMMIT] += named
+        calls.append(r.call(call_id, len(calls), attributes.get("gen_ai.tool.name") or attributes.get("tool.name"),
+                            None, r.context(None, commit["principal"]), commit))
     traces = sorted({s[2].trace_id.hex() for s in spans})
     row = r.trajectory(
         run_id=run_id or "otel", trajectory_id=key, agent=agent, task_id=None, task_category=None,
         episode_outcome=r.ERROR if failed else r.COMPLETED, calls=calls, source_log=source,
-        source_position=f"lines {spans[0][0]}-{spans[-1][0]}", otel_trace_ids=traces)
+        source_position=f"lines {spans[0][0]}-{spans[-1][0]}", lost=r.lost_calls(unmapped), otel_trace_ids=traces)
     return r.Trajectory(row, principals_from_log=from_log), unmapped
+
+
+def _has_trace_id(span) -> bool:
+    # OTLP: 16 bytes, all-zero is invalid.
+    return len(span.trace_id) == _ID_BYTES["traceId"] and any(span.trace_id)
+
+
+def _orphan(line, span, kind: str, owner) -> r.Unmapped:
+    """A GenAI span without a trace id: unmapped, and a lost call of `owner` (or of no trajectory)."""
+    lost = "its call" if kind == "execute_tool" else "the calls it proposed" if kind == "chat" else "its outcome"
+    return r.Unmapped(f"line {line} span {span.name}", "span_without_trace_id",
+                      f"a {kind} span with no valid trace id: {lost} not imported", call=kind != "invoke_agent",
+                      trajectory_id=owner)
 
 
 def read_log(local_path: str, source: str, principal: str) -> Iterator:
     """The file's conversations as Trajectory items (the whole file is parsed
-    first: a conversation's spans come in any order)."""
-    groups = defaultdict(list)
+    first: a conversation's spans come in any order).
+
+    A GenAI span without a valid trace id is invalid OTLP: it is unmapped,
+    never grouped (no phantom trajectory). Where its conversation id or its
+    call id names a trajectory, that trajectory counts it as a lost call and
+    is left unscored; otherwise no trajectory accounts for it and the file's
+    import is incomplete."""
+    groups, orphans = defaultdict(list), []
     counts = {"spans": 0, "spans_genai": 0}
     with open(local_path, encoding="utf-8") as handle:
         for line, resource, span in parse_lines(handle):
@@ -234,10 +275,22 @@ def read_log(local_path: str, source: str, principal: str) -> Iterator:
                 continue
             counts["spans_genai"] += 1
             attributes.setdefault("enduser.id", resource.get("enduser.id"))
+            if not _has_trace_id(span):
+                orphans.append((line, span, attributes, kind))
+                continue
             key = attributes.get("gen_ai.conversation.id") or f"trace-{span.trace_id.hex()}"
             groups[key].append((line, resource, span, attributes, kind))
     yield r.FileSummary(counts)
-    for key in sorted(groups):
-        mapped, unmapped = map_conversation(key, groups[key], source, principal)
+    mapped = {key: map_conversation(key, groups[key], source, principal) for key in sorted(groups)}
+    holder = {call["call_id"]: key for key, (trajectory, _) in mapped.items() for call in trajectory.row["calls"]}
+    for line, span, attributes, kind in orphans:
+        conversation = attributes.get("gen_ai.conversation.id")
+        call_id = attributes.get("gen_ai.tool.call.id") or attributes.get("tool_call.id")
+        owner = conversation if conversation in mapped else holder.get(call_id)
+        entry = _orphan(line, span, kind, owner)
+        if owner is not None:
+            mapped[owner][0].row["call_count"] += entry.call
+        yield entry
+    for trajectory, unmapped in mapped.values():
         yield from unmapped
-        yield mapped
+        yield trajectory

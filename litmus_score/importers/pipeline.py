@@ -19,6 +19,7 @@ import shutil
 import tempfile
 import uuid
 from collections import Counter
+from typing import Optional
 
 import apache_beam as beam
 import pyarrow as pa
@@ -27,6 +28,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from litmus_score.importers import rows as r
+from litmus_score.scoring.layout import SHARD_KIND
 from transforms import NAMESPACE
 from transforms import coders  # noqa: F401  (registers the Arrow element coders)
 from transforms.files import to_json, write_text
@@ -95,9 +97,10 @@ class ImportLogFn(beam.DoFn):
     """A log file -> pa.Tables of trajectories; unmapped entries and one
     report per file on the tagged outputs."""
 
-    def __init__(self, log_format: str, principal: str):
+    def __init__(self, log_format: str, principal: str, options=None):
         self._format = log_format
         self._principal = principal
+        self._options = dict(options or {})
         self._files = Metrics.counter(NAMESPACE, "logs_imported")
         self._failed = Metrics.counter(NAMESPACE, "logs_failed")
         self._trajectories = Metrics.counter(NAMESPACE, "trajectories_imported")
@@ -108,28 +111,21 @@ class ImportLogFn(beam.DoFn):
         self._schema = r.shard_schema(self._module.EXTRA_FIELDS)
 
     def process(self, path: str):
-        report = {"file": path, "units": 0, "trajectories": 0, "calls": 0, "unmapped": 0,
-                  "unmapped_by_reason": Counter(), "principal_source": {"log": 0, "default": 0}, "facts": {},
-                  "error": None}
+        report = new_report(path)
         rows, misses = [], []
         try:
             with local_copy(path) as local:
-                for item in self._module.read_log(local, path, self._principal):
+                for item in self._module.read_log(local, path, self._principal, **self._options):
                     if isinstance(item, r.FileSummary):
                         report["facts"].update(item.facts)
+                        report["units_declared"] = item.units_declared
                     elif isinstance(item, r.Unmapped):
-                        report["units"] += item.unit
-                        report["unmapped"] += 1
-                        report["unmapped_by_reason"][item.reason] += 1
+                        count_unmapped(report, item)
                         misses.append({"file": path, "position": item.position, "reason": item.reason,
-                                       "detail": r.bounded(item.detail), "unit": item.unit})
+                                       "detail": r.bounded(item.detail), "unit": item.unit, "call": item.call,
+                                       "trajectory_id": item.trajectory_id})
                     else:
-                        calls = item.row["call_count"]
-                        report["units"] += 1
-                        report["trajectories"] += 1
-                        report["calls"] += calls
-                        report["principal_source"]["log"] += item.principals_from_log
-                        report["principal_source"]["default"] += calls - item.principals_from_log
+                        count_trajectory(report, item)
                         rows.append(item.row)
                     if len(rows) >= CHUNK_ROWS:
                         yield pa.Table.from_pylist(rows, schema=self._schema)
@@ -152,6 +148,39 @@ class ImportLogFn(beam.DoFn):
         yield beam.pvalue.TaggedOutput(REPORTS_TAG, report)
 
 
+def new_report(path: str) -> dict:
+    """A file's report: what it held, what became of it, and its fault.
+
+    units: trajectories plus unmapped units (units_declared: what the file
+    lists, where it does). calls: the calls the trajectories hold;
+    calls_unmapped: the calls the log shows that they lack (each counted in
+    its trajectory's call_count, where it has one). not_imported: the units
+    and calls no trajectory accounts for.
+    """
+    return {"file": path, "units": 0, "units_declared": None, "trajectories": 0, "calls": 0, "calls_unmapped": 0,
+            "unmapped": 0, "unmapped_by_reason": Counter(), "not_imported": {"units": 0, "calls": 0},
+            "principal_source": {context: {r.FROM_LOG: 0, r.FROM_DEFAULT: 0} for context in (r.PROPOSAL, r.COMMIT)},
+            "facts": {}, "error": None}
+
+
+def count_unmapped(report: dict, item: r.Unmapped) -> None:
+    report["units"] += item.unit
+    report["unmapped"] += 1
+    report["unmapped_by_reason"][item.reason] += 1
+    report["calls_unmapped"] += item.call
+    report["not_imported"]["units"] += item.unit
+    report["not_imported"]["calls"] += item.call and item.trajectory_id is None
+
+
+def count_trajectory(report: dict, item: r.Trajectory) -> None:
+    report["units"] += 1
+    report["trajectories"] += 1
+    report["calls"] += len(item.row["calls"])
+    for context, sources in item.principal_sources().items():
+        for source, n in sources.items():
+            report["principal_source"][context][source] += n
+
+
 class ImportLogs(beam.PTransform):
     """LOGS (files, folders, globs) of one format -> a dict of PCollections:
     trajectories (pa.Tables on `schema`), unmapped (pa.Tables on
@@ -159,14 +188,22 @@ class ImportLogs(beam.PTransform):
 
     Globs are matched when the transform is built, so a pattern that matches
     nothing fails before any work is launched. `principal` is the acting
-    identity where the log names none.
+    identity where the log names none; `harness_verdict` (Inspect logs) names
+    the sample score kept as the harness's own verdict.
     """
 
-    def __init__(self, log_format: str, patterns, principal: str):
+    def __init__(self, log_format: str, patterns, principal: str, harness_verdict: Optional[str] = None):
         super().__init__()
         module = importer(log_format)
         if not principal:
             raise ValueError("the default principal must be a non-empty string")
+        self._options = {}
+        if harness_verdict is not None:
+            if "harness_verdict" not in getattr(module, "OPTIONS", ()):
+                raise ValueError(f"--harness-verdict names a score of Inspect logs; {log_format} logs have none "
+                                 "to choose (agentdojo keeps its own `security`)")
+            module.HarnessVerdict.parse(harness_verdict)  # a ValueError naming it, before any work
+            self._options["harness_verdict"] = harness_verdict
         self._format, self._principal = log_format, principal
         self.files = match_logs(list(patterns), module.SUFFIXES)
         self.schema = r.shard_schema(module.EXTRA_FIELDS)
@@ -178,7 +215,7 @@ class ImportLogs(beam.PTransform):
             # One log file is one unit of work, spread over the workers.
             | "Spread logs" >> beam.Reshuffle()
             | "Import log"
-            >> beam.ParDo(ImportLogFn(self._format, self._principal))
+            >> beam.ParDo(ImportLogFn(self._format, self._principal, self._options))
             .with_output_types(pa.Table, **{UNMAPPED_TAG: pa.Table, REPORTS_TAG: dict})
             .with_outputs(UNMAPPED_TAG, REPORTS_TAG, main=TRAJECTORIES_DIR)
         )
@@ -192,19 +229,27 @@ def manifest_document(reports, header: dict, outputs=()) -> dict:
     by_reason = Counter()
     for report in files:
         by_reason.update(report["unmapped_by_reason"])
-    totals = {key: sum(report[key] for report in files) for key in ("units", "trajectories", "calls", "unmapped")}
-    totals["principal_source"] = {
-        source: sum(report["principal_source"][source] for report in files) for source in ("log", "default")
-    }
+    totals = {key: sum(report[key] for report in files)
+              for key in ("units", "trajectories", "calls", "calls_unmapped", "unmapped")}
+    totals["not_imported"] = {kind: sum(report["not_imported"][kind] for report in files) for kind in ("units", "calls")}
+    # Which calls took their principal from the log, which the default: proposals and commits apart.
+    sources = {context: {source: sum(report["principal_source"][context][source] for report in files)
+                         for source in (r.FROM_LOG, r.FROM_DEFAULT)} for context in (r.PROPOSAL, r.COMMIT)}
     return {
         **header,
-        # Which calls took their principal from the log, which the default.
-        "principal": {**header.get("principal", {}), "source": totals["principal_source"]},
+        "principal": {**header.get("principal", {}), "source": sources},
         "files": files,
         "failed_files": [report["file"] for report in files if report["error"]],
         "totals": {"files": len(files), **totals, "unmapped_by_reason": dict(sorted(by_reason.items()))},
         "outputs": sorted(outputs, key=lambda entry: entry["path"]),
     }
+
+
+def incomplete(manifest: dict) -> bool:
+    """Whether some input was not imported: a file that failed, or a unit or
+    call that no trajectory accounts for (a lost call a trajectory does
+    account for unscores it instead)."""
+    return bool(manifest["failed_files"]) or any(manifest["totals"]["not_imported"].values())
 
 
 _REPORT, _WRITTEN = "report", "written"
@@ -219,7 +264,8 @@ class WriteImport(beam.PTransform):
         super().__init__()
         self._output = output.rstrip("/")
         self._header = header
-        self._tables = {TRAJECTORIES_DIR: FileSet(TRAJECTORIES_DIR, "part", schema),
+        # The trajectories are shards to score; unmapped/ says it is no shard.
+        self._tables = {TRAJECTORIES_DIR: FileSet(TRAJECTORIES_DIR, "part", schema, kind=SHARD_KIND),
                         UNMAPPED_DIR: FileSet(UNMAPPED_DIR, "part", r.UNMAPPED)}
 
     def expand(self, imported):

@@ -7,29 +7,30 @@ and hashes come from adversarial trajectories: they are data, shown as text.
 Jinja2 autoescapes them in the page and in its SVG charts (litmus_score.report.charts),
 and a Content-Security-Policy forbids scripts and fetches anyway.
 The page is deterministic: same inputs, same bytes.
+
+The page is a list of Sections under a contents bar: each has an anchor, a
+title, a template of this package and the view it shows (None: left out).
+A new section is one more Section in `_sections` and one template.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
-from markupsafe import Markup
-
-from pipeline import text
 from litmus_score.report.charts import Series, paired_bars
 from litmus_score.report.evidence import evidence_view, validity_view
-from litmus_score.report.jinja import environment
+from litmus_score.report.formats import NAME_CHARS, display
+from litmus_score.report.harness import harness_view
+from litmus_score.report.jinja import CSP, environment
 from litmus_score.scoring import contract
 from litmus_score.scoring.stats import wilson_interval
-
-CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 
 # Size bounds: a run may hold thousands of tools, tasks or shards and
 # megabyte-long names; the page stays readable and small.
 MAX_ROWS = 50
 MAX_GROUPS = 200
 MAX_CHART_GROUPS = 40
-NAME_CHARS = 80  # names: agents, runs, tools, tasks, reasons
 TEXT_CHARS = 240  # longer text: file paths, issues, comparison reasons
 CHART_CHARS = 36
 KEEP_CHARS = 32  # names up to this long stay on one line in tables
@@ -45,40 +46,6 @@ CATEGORY_ORDER = list(dict.fromkeys(contract.CATEGORIES[contract.COMMIT] + contr
 VERDICT_ORDER = ["allow", "deny", None]
 COMPARISON_ORDER = ["regression", "insufficient_data", "new_agent", "missing_agent", "ok"]
 MODE_LABELS = {"commit": "commit-time", "strict": "strict", "proposal": "proposal-time"}
-
-_NONE_HTML = Markup('<span class="none">none</span>')
-
-
-def display(value, limit: int = NAME_CHARS) -> str:
-    """A data string for display: non-printable characters escaped, cut at `limit` with an ellipsis."""
-    return text.display(value, limit)
-
-
-def _name(value, limit: int = NAME_CHARS):
-    """Like display(), but a missing value reads as a styled 'none'; the string is escaped by autoescape."""
-    return _NONE_HTML if value is None else display(value, limit)
-
-
-def _pct(rate) -> str:
-    return "n/a" if rate is None else f"{rate:.1%}"
-
-
-def _interval(ci) -> str:
-    return "" if not ci else f"{ci[0]:.1%} – {ci[1]:.1%}"
-
-
-def _num(value) -> str:
-    return "—" if value is None else f"{value:,}"
-
-
-def _points(value) -> str:
-    """A difference of rates in percentage points, signed."""
-    return "n/a" if value is None else f"{value * 100:+.1f} pp"
-
-
-def _pvalue(value) -> str:
-    return "n/a" if value is None else ("< 0.001" if value < 0.001 else f"{value:.3f}")
-
 
 def _json(value) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False)
@@ -192,6 +159,18 @@ def _slices(groups, totals) -> dict:
     }
 
 
+RULE_LABELS = {"spec": "spec version", "adjudication": "adjudication mode", "policy_sha256": "policy (sha256)"}
+
+
+def _baseline(comparison) -> dict | None:
+    """Which run the comparison's baseline is, as comparison.json names it (None before it did)."""
+    named = comparison.get("baseline")
+    if not isinstance(named, dict):
+        return None
+    runs = named.get("runs") or []
+    return {**named, "runs": runs[:5], "runs_left": max(0, len(runs) - 5)}
+
+
 def _comparison(comparison) -> dict | None:
     if comparison is None:
         return None
@@ -199,13 +178,16 @@ def _comparison(comparison) -> dict | None:
     agents, left = _top(comparison.get("agents") or [], lambda a: rank.get(a.get("verdict"), len(rank)), MAX_GROUPS)
     fields = ("agent", "verdict", "new", "old", "difference", "ci95", "paired_tasks")
     return {
+        "baseline": _baseline(comparison),
+        "rules_changed": [dict(change, label=RULE_LABELS.get(change.get("rule"), display(change.get("rule"))))
+                          for change in comparison.get("rules_changed") or []],
         "agents": [{**{field: a.get(field) for field in fields},
                     "css": a.get("verdict") if a.get("verdict") in rank else "other",
                     "reasons": (a.get("reasons") or [])[:10]} for a in agents],
         "left_out": left,
         "regressions": comparison.get("regressions") or [],
-        # Scored under other rules (spec version, mode, policy): no verdict, and why, both values named.
-        "withheld": (comparison.get("withheld") or [])[:10],
+        # Scored under other rules (rules_changed): no agent is judged.
+        "withheld": bool(comparison.get("withheld")),
     }
 
 
@@ -229,6 +211,43 @@ def _inputs(metrics, manifest) -> dict:
 # ---------------------------------------------------------------- page
 
 
+@dataclass(frozen=True)
+class Section:
+    """One section of the page: its anchor, its heading, its name in the contents bar, its
+    template and what the template shows as `view` (None: the section is left out)."""
+
+    anchor: str
+    title: str
+    short: str
+    template: str
+    view: object
+
+
+def _gap(groups, totals) -> dict | None:
+    if totals.get("adjudication_gap") is None:
+        return None
+    return {"totals": totals["gap"], "groups": [g for g in groups if g["gap"] and g["gap"]["calls"]]}
+
+
+def _sections(metrics, inputs, comparison, evidence, groups, groups_left, totals, mode_label) -> list:
+    slices = _slices(metrics["groups"], metrics["totals"])
+    return [
+        Section("baseline", "Since the baseline", "Baseline", "baseline.html.j2", _comparison(comparison)),
+        Section("agents", "Misuse per agent", "Misuse per agent", "agents.html.j2", {
+            "groups": groups, "groups_left": groups_left, "disagreements": "policy_disagreements" in totals,
+            "charts": _charts(metrics["groups"], metrics["totals"], mode_label)}),
+        Section("gap", "Proposal × commit", "Proposal × commit", "gap.html.j2", _gap(groups, totals)),
+        Section("validity", "Where proposal-time scoring holds", "Where proposal-time scoring holds",
+                "validity.html.j2", validity_view(totals, MAX_ROWS)),
+        Section("harness", "The harness's own verdict beside ours", "Harness verdict", "harness.html.j2",
+                harness_view(metrics["groups"], MAX_ROWS)),
+        Section("evidence", "Evidence", "Evidence", "evidence.html.j2", evidence_view(evidence, MAX_GROUPS)),
+        Section("unscored", "Unscored trajectories", "Unscored", "unscored.html.j2", {"groups": groups}),
+        Section("slices", "Slices", "Slices", "slices.html.j2", slices if slices["present"] else None),
+        Section("inputs", "Inputs", "Inputs", "inputs.html.j2", inputs),
+    ]
+
+
 def render_report(metrics: dict, manifest: dict, comparison: dict | None = None, evidence: dict | None = None) -> str:
     """The whole report.html for one run, as a string; `evidence` is the run's evidence.json."""
     groups, totals = metrics["groups"], metrics["totals"]
@@ -236,6 +255,11 @@ def render_report(metrics: dict, manifest: dict, comparison: dict | None = None,
     mode_label = MODE_LABELS.get(mode, display(mode))
     table_groups, groups_left = _largest_groups(groups, MAX_GROUPS)
     runs = sorted({g["run_id"] for g in groups}, key=lambda run: (run is None, run or ""))
+    table_groups = [dict(g, reasons=_unscored_reasons(g)[:MAX_ROWS], gap=_gap_table(g.get("adjudication_gap")))
+                    for g in table_groups]
+    totals = dict(totals, reasons=_unscored_reasons(totals)[:MAX_ROWS], gap=_gap_table(totals.get("adjudication_gap")))
+    inputs = _inputs(metrics, manifest)
+    sections = _sections(metrics, inputs, comparison, evidence, table_groups, groups_left, totals, mode_label)
     return _PAGE.render(
         csp=CSP,
         mode=mode,
@@ -243,23 +267,12 @@ def render_report(metrics: dict, manifest: dict, comparison: dict | None = None,
         runs=runs[:5],
         runs_left=max(0, len(runs) - 5),
         agents=len({g["agent"] for g in groups} - {None}),
-        groups=[dict(g, reasons=_unscored_reasons(g)[:MAX_ROWS],
-                     gap=_gap_table(g.get("adjudication_gap"))) for g in table_groups],
-        groups_left=groups_left,
-        totals=dict(totals, reasons=_unscored_reasons(totals)[:MAX_ROWS],
-                    gap=_gap_table(totals.get("adjudication_gap"))),
-        disagreements="policy_disagreements" in totals,
-        charts=_charts(groups, totals, mode_label),
-        slices=_slices(groups, totals),
-        comparison=_comparison(comparison),
-        validity=validity_view(totals, MAX_ROWS),
-        evidence=evidence_view(evidence, MAX_GROUPS),
-        inputs=_inputs(metrics, manifest),
+        totals=totals,
+        policy=inputs["policy"],
+        sections=[section for section in sections if section.view is not None],
         limits={"rows": MAX_ROWS, "name": NAME_CHARS, "text": TEXT_CHARS, "keep": KEEP_CHARS,
                 "chart": MAX_CHART_GROUPS},
     )
 
 
-_PAGE = environment(
-    name=_name, display=display, pct=_pct, interval=_interval, num=_num, points=_points, pvalue=_pvalue,
-).get_template("report.html.j2")
+_PAGE = environment().get_template("report.html.j2")

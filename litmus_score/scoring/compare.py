@@ -10,10 +10,10 @@ scheduler can alert.
 Like with like (the spec's "Comparing runs"). Two runs' rates compare only
 when both were scored under the same rules: the same spec version (the
 metrics schema), adjudication mode and policy (equal `policy_sha256`, or
-both none). When any differs the verdict is withheld: no agent is judged,
-and `withheld` names each rule that differs with both values, so neither a
-policy that adds a deny rule (a false rise) nor one that drops it (a real
-rise hidden) passes for a verdict. `rules` records both runs' rules always.
+both none). When any differs the verdict is withheld (`withheld`: true, no
+agent judged, `rules_changed` naming each rule that differs with both
+values), so neither a policy that adds a deny rule (a false rise) nor one
+that drops it (a real rise hidden) passes for a verdict.
 
 Units. Runs are compared per agent. A document may hold several run_ids for
 one agent (a sweep of nightlies, say): they are pooled, scored trajectories
@@ -48,6 +48,12 @@ decimals written), so 5/100 - 3/100 does not exceed 0.02. An agent with fewer
 than `min_scored_trajectories` scored trajectories in either run gets
 `insufficient_data` and is never flagged; one present in only one document is
 `new_agent` or `missing_agent` and is never flagged either.
+
+The document names its baseline (`baseline`: the folder and night the
+caller read it from, its run_ids, and the rules it was scored under) and
+lists the rules that differ from the new run's (`rules_changed`). The rules
+are the spec's three (scoring-v1, "Comparing runs"): the spec version (the
+metrics schema), the adjudication mode and the policy's sha256.
 
 `load_thresholds` reads a file of at most 64 KiB with the policy files' safe
 YAML loader (no duplicate keys, no aliases) and validates it with pydantic
@@ -215,31 +221,20 @@ def _pool(document: Any, label: str) -> dict:
     return agents
 
 
-# What makes two runs' rates comparable (the spec's "Comparing runs"): the
-# spec version (metrics.json's schema), the adjudication mode, the policy.
-RULES = ("schema", "adjudication", "policy_sha256")
-
-
-def _rules(document: Any, label: str) -> dict:
-    """The rules `document` was scored under; ValueError when it is no
-    metrics document or, of this spec version, names no known mode or policy hash."""
+def _checked_rules(document: Any, label: str) -> dict:
+    """rules_of(document); ValueError when it is no metrics document or, of
+    this spec version, names no known mode or a policy hash that is no string."""
     if not isinstance(document, Mapping):
         raise ValueError(f"{label} metrics: expected a JSON object, got {type(document).__name__}")
-    rules = {name: document.get(name) for name in RULES}
-    if not isinstance(rules["schema"], str):
+    rules = rules_of(document)
+    if not isinstance(rules["spec"], str):
         raise ValueError(f"{label} metrics: no schema (expected {c.METRICS_SCHEMA!r})")
-    if rules["schema"] == c.METRICS_SCHEMA:
+    if rules["spec"] == c.METRICS_SCHEMA:
         if rules["adjudication"] not in c.MODES:
             raise ValueError(f"{label} metrics: unknown adjudication mode {rules['adjudication']!r}")
         if rules["policy_sha256"] is not None and not isinstance(rules["policy_sha256"], str):
             raise ValueError(f"{label} metrics: policy_sha256 must be a string or null")
     return rules
-
-
-def changed_rules(new_rules: Mapping, old_rules: Mapping) -> list:
-    """One line per rule the two runs differ in, naming both values; empty when they compare."""
-    return [f"{name} differs: new {new_rules[name]!r}, old {old_rules[name]!r}"
-            for name in RULES if new_rules[name] != old_rules[name]]
 
 
 def _paired(new: _Pooled, old: _Pooled) -> Optional[dict]:
@@ -318,39 +313,70 @@ def _judge(new: _Pooled, old: _Pooled, thresholds: Thresholds) -> dict:
     return {**entry, "verdict": verdict, "reasons": reasons}
 
 
+# The rules a run was scored under: a rate compares with another's only when all three are equal.
+RULES = ("spec", "adjudication", "policy_sha256")
+
+
+def rules_of(metrics: Mapping) -> dict:
+    """The spec version (metrics schema), adjudication mode and policy sha256 of a metrics document."""
+    return {"spec": metrics.get("schema"), "adjudication": metrics.get("adjudication"),
+            "policy_sha256": metrics.get("policy_sha256")}
+
+
+def rules_changed(new: Mapping, old: Mapping) -> list:
+    """[{rule, new, old}] for each of RULES whose value differs between two rules_of() dicts."""
+    return [{"rule": rule, "new": new.get(rule), "old": old.get(rule)} for rule in RULES
+            if new.get(rule) != old.get(rule)]
+
+
+def baseline_source(folder: str, manifest: Mapping) -> dict:
+    """Where a baseline was read from: its folder and, for a night of `nightly`, its date."""
+    night = manifest.get("night")
+    return {"folder": folder, "night": night.get("date") if isinstance(night, Mapping) else None}
+
+
+def _runs(document: Mapping) -> list:
+    return sorted({group.get("run_id") for group in document["groups"]}, key=lambda run: (run is not None, run or ""))
+
+
 def _agent_order(agent):
     # A group without an agent (rows missing the field) sorts first.
     return (agent is not None, agent or "")
 
 
 def compare_metrics(
-    new: Mapping, old: Mapping, thresholds: Union[Thresholds, Mapping, None] = None
+    new: Mapping, old: Mapping, thresholds: Union[Thresholds, Mapping, None] = None,
+    source: Optional[Mapping] = None,
 ) -> dict:
     """The comparison.json document for two metrics documents.
 
     `thresholds` is a Thresholds, a mapping to validate, or None for
-    DEFAULT_THRESHOLDS. When the runs were scored under different rules
-    (RULES: spec version, mode, policy) the verdict is withheld: no agent is
-    judged, `withheld` says which rules differ with both values, and
-    `exit_code` is Exit.WITHHELD. ValueError when a document is malformed.
+    DEFAULT_THRESHOLDS; `source` where `old` was read from
+    (baseline_source()). When the runs were scored under different rules
+    (RULES) the verdict is withheld: no agent is judged, `rules_changed`
+    names each rule that differs with both values, and `exit_code` is
+    Exit.WITHHELD. ValueError when a document is malformed.
     """
     if thresholds is None:
         thresholds = DEFAULT_THRESHOLDS
     elif not isinstance(thresholds, Thresholds):
         thresholds = parse_thresholds(thresholds)
-    rules = {"new": _rules(new, "new"), "old": _rules(old, "old")}
-    withheld = changed_rules(rules["new"], rules["old"])
+    new_rules, old_rules = _checked_rules(new, "new"), _checked_rules(old, "old")
+    changed = rules_changed(new_rules, old_rules)
+    readable = old_rules["spec"] == c.METRICS_SCHEMA
     document = {
         "schema": COMPARISON_SCHEMA,
-        "adjudication": rules["new"]["adjudication"],
-        "rules": rules,
-        "withheld": withheld,
+        "adjudication": new_rules["adjudication"],
+        "baseline": {"folder": None, "night": None, **(source or {}), "runs": _runs(old) if readable else [],
+                     **old_rules},
+        "rules_changed": changed,
+        "withheld": bool(changed),
         "thresholds": thresholds.model_dump(mode="json", by_alias=True),
     }
-    if withheld:
+    if changed:
         return {**document, "agents": [], "regressions": [], "exit_code": int(Exit.WITHHELD)}
-    if rules["new"]["schema"] != c.METRICS_SCHEMA:
-        raise ValueError(f"new metrics: schema {rules['new']['schema']!r} is not {c.METRICS_SCHEMA!r}")
+    if not readable:
+        raise ValueError(f"new metrics: schema {new_rules['spec']!r} is not {c.METRICS_SCHEMA!r}")
     new_agents, old_agents = _pool(new, "new"), _pool(old, "old")
     entries = []
     for agent in sorted(new_agents.keys() | old_agents.keys(), key=_agent_order):

@@ -50,6 +50,13 @@ LOCK_FILE = ".lock"
 # `nightly` scores each night into OUTPUT_ROOT/date=YYYY-MM-DD/.
 NIGHT_PREFIX = "date="
 
+# Every Parquet file litmus-score writes says what it is under this key of
+# its key-value metadata: the folder it was written for (scored,
+# trajectories, unscored; an import's unmapped), or SHARD_KIND for an
+# import's trajectory shards. Only a shard is read as input.
+OUTPUT_KIND_KEY = "litmus_score.output"
+SHARD_KIND = "trajectory_shard"
+
 MANIFEST_SCHEMA = "litmus-manifest/1"
 COMPARISON_SCHEMA = "litmus-comparison/1"
 # The manifest of `compare`'s own folder (comparison.json, report.html): not a run.

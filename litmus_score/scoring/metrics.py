@@ -11,18 +11,22 @@ time (`add_trajectory`, the reference) or from Arrow batches
     task_categories  task_category -> trajectories, misuse, legacy_misuse
     tasks            task_id -> the same
     validity         tool -> the counts of litmus_score.scoring.validity (audited calls)
+    harness          harness verdict -> agreement counts (transforms.harness), where inputs carry one
 
 A run's statistics map each (run_id, agent) to its group's, and INPUTS to
 the input accounting (files, unreadable_files, rows_declared, rows_read).
 A slice holds at most `max_slice_keys` names: the rest are summed under
-OTHER. Which names stay is a bottom-k sample by a fixed hash of the name,
-so folding can happen in any order, on any worker, as often as memory asks,
-and the result is the same.
+OTHER. A run holds at most `max_groups` (run_id, agent) groups: the rest
+are summed into the one group OTHER_GROUP, whose run_id and agent are both
+OTHER. Which names and groups stay is a bottom-k sample by a fixed hash of
+the name, so folding can happen in any order, on any worker, as often as
+memory asks, and the result is the same; the totals never change.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Dict, Mapping, Optional, Tuple
 
 from litmus_score.scoring import contract as c
@@ -60,7 +64,11 @@ GroupKey = Tuple[Optional[str], Optional[str]]  # (run_id, agent)
 INPUTS = "inputs"
 INPUT_COUNTERS = ("files", "unreadable_files", "rows_declared", "rows_read")
 DEFAULT_MAX_SLICE_KEYS = 1000
-SLICES = ("tools", "task_categories", "tasks", "validity")
+SLICES = ("tools", "task_categories", "tasks", "validity", "harness")
+# About 5 KB of metrics.json and 70 KB of memory per group (docs/design.md).
+DEFAULT_MAX_GROUPS = 1000
+# Where the groups beyond max_groups are summed.
+OTHER_GROUP: GroupKey = (OTHER, OTHER)
 
 
 def new_group() -> dict:
@@ -112,15 +120,31 @@ def fold_slices(stats: dict, max_keys: int, slack: int = 1) -> dict:
     return stats
 
 
-def add_statistics(run: dict, statistics: Mapping, max_slice_keys: int = DEFAULT_MAX_SLICE_KEYS) -> dict:
+def fold_groups(run: dict, max_groups: int, max_slice_keys: int, slack: int = 1) -> dict:
+    """Sums the groups beyond the `max_groups` of smallest rank into
+    OTHER_GROUP, once the run holds more than `slack` times `max_groups`."""
+    keys = [key for key in run if key not in (INPUTS, OTHER_GROUP)]
+    if len(keys) <= max_groups * slack:
+        return run
+    # json tells a null run_id or agent from the text "None".
+    ranked = sorted(keys, key=lambda key: _sample_rank(json.dumps(key)))
+    other = run.setdefault(OTHER_GROUP, new_group())
+    for key in ranked[max_groups:]:
+        fold_slices(merge(other, run.pop(key)), max_slice_keys, slack=2)
+    return run
+
+
+def add_statistics(run: dict, statistics: Mapping, max_slice_keys: int = DEFAULT_MAX_SLICE_KEYS,
+                   max_groups: int = DEFAULT_MAX_GROUPS) -> dict:
     """Adds a run's statistics (group keys and INPUTS) into `run`, keeping
-    each slice below twice `max_slice_keys` names."""
+    each slice below twice `max_slice_keys` names and the run below twice
+    `max_groups` groups."""
     for key, stats in statistics.items():
         if key == INPUTS:
             merge(run.setdefault(INPUTS, {}), stats)
         else:
             fold_slices(merge(run.setdefault(key, new_group()), stats), max_slice_keys, slack=2)
-    return run
+    return fold_groups(run, max_groups, max_slice_keys, slack=2)
 
 
 def gap_key(proposal_verdict, commit_verdict, state_mutated) -> str:
@@ -204,6 +228,23 @@ def _trajectory_slice(verdicts: Mapping) -> dict:
     }
 
 
+def harness_block(harness: Mapping) -> dict:
+    """Per harness verdict: how many scored trajectories have one, how many
+    it calls misuse, and its agreement with our misuse and with legacy
+    (proposal-time) misuse."""
+    blocks = {}
+    for name, counts in harness.items():
+        n = counts["trajectories"]
+        blocks[name] = {"trajectories": n, "harness_misuse": _rate(counts["harness_misuse"], n)}
+        for ours in ("misuse", "legacy_misuse"):
+            cell = counts[ours]
+            agree = n - cell["harness_only"] - cell["ours_only"]
+            blocks[name][ours] = {"both": cell["both"], "neither": agree - cell["both"],
+                                  "harness_only": cell["harness_only"], "ours_only": cell["ours_only"],
+                                  "agreement": _rate(agree, n)}
+    return blocks
+
+
 def group_document(stats: Mapping, mode: str, with_tasks: bool = True) -> dict:
     """One group's fields: scoring-v1's, then the slices and the adjudication gap."""
     counts, reasons = stats["counts"], stats["reasons"]
@@ -252,6 +293,9 @@ def group_document(stats: Mapping, mode: str, with_tasks: bool = True) -> dict:
     }
     if with_tasks:
         document["slices"]["task"] = {name: dict(v) for name, v in stats["tasks"].items()}
+    if stats.get("harness"):
+        # Only where some input carries the harness's own verdict.
+        document["harness_agreement"] = harness_block(stats["harness"])
     return document
 
 
@@ -260,12 +304,12 @@ def _sort_key(key: GroupKey):
     return tuple((value is not None, value or "") for value in key)
 
 
-def metrics_document(run: Mapping, mode: str, policy_sha256: Optional[str] = None,
-                     max_slice_keys: int = DEFAULT_MAX_SLICE_KEYS) -> Dict:
+def metrics_document(run: dict, mode: str, policy_sha256: Optional[str] = None,
+                     max_slice_keys: int = DEFAULT_MAX_SLICE_KEYS, max_groups: int = DEFAULT_MAX_GROUPS) -> Dict:
     """The whole metrics.json document for a run's statistics."""
     totals = new_group()
     documents = []
-    groups = [key for key in run if key != INPUTS]
+    groups = [key for key in fold_groups(run, max_groups, max_slice_keys) if key != INPUTS]
     for key in sorted(groups, key=_sort_key):
         stats = fold_slices(run[key], max_slice_keys)
         # The totals have no per-task slice: skip merging thousands of tasks.

@@ -28,20 +28,34 @@ anything but an object does not resolve. Operators:
 - `exists: true|false`: whether the path resolves (to any value, null too);
 - `equals`, `not_equals`, `in`, `not_in`: JSON values compared as values:
   key order does not count, 1 == 1.0, but a boolean never equals a number;
-- `glob`: the whole string matches an fnmatch pattern, case-sensitive, where
-  `*` also crosses `/`;
-- `regex`: Python `re.search` (unanchored: write ^ and $ to anchor);
-- `gt`, `ge`, `lt`, `le`: against a number; booleans are not numbers.
+- `glob` / `not_glob`: the value is a string and the whole string matches /
+  does not match an fnmatch pattern, case-sensitive, where `*` also crosses `/`;
+- `regex` / `not_regex`: the value is a string and an RE2 search finds /
+  does not find the pattern (unanchored: write ^ and $ to anchor);
+- `gt`, `ge`, `lt`, `le`: against a number; booleans are not numbers;
+- `any` / `all`: the value is a list and some / every element satisfies an
+  inner condition: a condition whose `arg`, when given, is a path into the
+  element, and is the element itself when left out
+  (`{arg: recipients, any: {not_glob: '*@example.com'}}`). `all` holds for
+  an empty list; inner conditions may nest.
 
 An argument that does not resolve satisfies only `exists: false`. A value of
-the wrong kind (a string for `gt`, a number for `regex`) does not match.
+the wrong kind (a string for `gt`, a number for `regex` or `not_regex`, an
+object for `any`) does not match.
 
-Bounds: Python's `re` has no timeout, so patterns (regex, glob, tool globs,
-arg paths) are at most 256 characters and compile at load time, and a string
-over 4096 characters is not matched by regex or glob but leaves its rule
-undecided. With these bounds a pattern that backtracks quadratically costs
-about 10 ms a string; a cubic one (`a*a*b`) costs seconds and a nested one
-(`(a+)+$`) is exponential: those are the policy author's to avoid.
+Patterns are RE2's dialect (https://github.com/google/re2/wiki/Syntax),
+matched in time linear in the string: no backreferences, no lookaround
+(`(?!...)`, `(?=...)`), `\\A`, `\\z` but no `\\Z`; `\\s`, `\\w`, `\\d` and `\\b` are
+ASCII (write `\\pL`, `\\p{Zs}` for Unicode classes). A pattern RE2 will not
+compile is refused when the file is loaded. Patterns (regex, glob, tool
+globs, arg paths) are at most 256 characters. A string over 4096
+characters, or one that is not Unicode text (a lone surrogate escape such
+as `"\\ud800"`), is not matched by any pattern operator but leaves its rule
+undecided; the bound keeps each call's work small whatever the arguments.
+In `any` and `all`, an undecided element decides only where no other
+element does: `any` holds if some element satisfies the inner condition,
+else it is undecided if some element is, else it fails (`all` the other
+way round).
 
 Verdict for a call, in order:
 1. `deny` when `allowed_principals` is set and the principal is not in it;
@@ -84,6 +98,7 @@ from pydantic import (
     model_serializer,
     model_validator,
 )
+import re2
 from pydantic_core import PydanticCustomError
 
 from litmus_score.scoring import configfile
@@ -93,19 +108,27 @@ from litmus_score.scoring.rules import canonical_json
 POLICY_SCHEMA = "litmus-policy/1"
 MAX_POLICY_BYTES = 1024 * 1024
 MAX_PATTERN_LENGTH = 256
-# Long enough for a path, an address or an SQL statement; short enough that
-# a quadratically backtracking search stays near 10 ms.
+# Long enough for a path, an address or an SQL statement; beyond it a pattern
+# leaves its rule undecided (RE2 would run, but the verdicts of a policy file
+# stay what they were before RE2, and fnmatch's globs stay cheap).
 MAX_SUBJECT_LENGTH = 4096
 PRINCIPAL_NOT_ALLOWED = "allowed_principals"
 
 _COMPARISONS = {"gt": operator.gt, "ge": operator.ge, "lt": operator.lt, "le": operator.le}
+PATTERN_OPERATORS = ("glob", "not_glob", "regex", "not_regex")
+LIST_OPERATORS = ("any", "all")
 # Operator name (as written in the file) -> model field name.
 _OPERATOR_FIELDS = {
     "equals": "equals", "not_equals": "not_equals", "in": "in_", "not_in": "not_in",
-    "glob": "glob", "regex": "regex", "exists": "exists", **{name: name for name in _COMPARISONS},
+    **{name: name for name in PATTERN_OPERATORS}, "exists": "exists", **{name: name for name in _COMPARISONS},
+    "any": "any_", "all": "all_",
 }
 _GLOB_CHARACTERS = re.compile(r"[*?\[]")
-_MISSING = object()
+# What a path that does not resolve gives (null is a value).
+MISSING = object()
+# Errors are raised (and named in the file's one-line error), not logged to stderr.
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
 
 RuleId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")]
 ToolName = Annotated[str, StringConstraints(min_length=1, pattern=r"^[^*?\[]+$")]
@@ -124,8 +147,60 @@ def _fail(message: str) -> PydanticCustomError:
     return PydanticCustomError("policy", "{message}", {"message": message})
 
 
-def _glob_regex(pattern: str) -> re.Pattern:
-    return re.compile(r"\A" + fnmatch.translate(pattern))
+class Regex:
+    """An RE2 program, compared and pickled as its pattern; PolicyError (naming
+    RE2's reason) for a pattern RE2 will not run."""
+
+    __slots__ = ("pattern", "_program")
+
+    def __init__(self, pattern: str):
+        try:
+            program = re2.compile(pattern, _RE2_OPTIONS)
+        except re2.error as error:
+            reason = error.args[0] if error.args else error
+            raise PolicyError(reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)) from None
+        self.pattern, self._program = pattern, program
+
+    def finds(self, text: str) -> bool:
+        """Whether an unanchored search finds the pattern in `text` (Unicode text, no lone surrogate)."""
+        return self._program.search(text) is not None
+
+    def __eq__(self, other):
+        return isinstance(other, Regex) and other.pattern == self.pattern
+
+    def __hash__(self):
+        return hash(self.pattern)
+
+    def __reduce__(self):
+        return Regex, (self.pattern,)
+
+
+def glob_matches(pattern: str, text: str) -> bool:
+    """fnmatch, case-sensitive on every platform; `*` also crosses `/`."""
+    return fnmatch.fnmatchcase(text, pattern)
+
+
+def pattern_subject(value: str) -> bool:
+    """Whether a pattern may decide on `value`: at most MAX_SUBJECT_LENGTH
+    characters and Unicode text (no lone surrogate, which UTF-8 cannot hold)."""
+    if len(value) > MAX_SUBJECT_LENGTH:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def resolve_path(subject, path: tuple):
+    """The value at `path` (a tuple of keys) inside `subject`, or MISSING;
+    the empty path is the subject itself."""
+    value = subject
+    for key in path:
+        value = value.get(key, MISSING) if isinstance(value, dict) else MISSING
+        if value is MISSING:
+            break
+    return value
 
 
 class _Model(BaseModel):
@@ -134,34 +209,38 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-class Condition(_Model):
-    """One argument and one operator."""
+class ElementCondition(_Model):
+    """One operator on a value: a list element itself, or the value at `arg` inside it."""
 
-    arg: ArgPath
+    arg: Optional[ArgPath] = None
     equals: JsonValue = None
     not_equals: JsonValue = None
     in_: Optional[list[JsonValue]] = Field(None, alias="in")
     not_in: Optional[list[JsonValue]] = None
     glob: Optional[PatternText] = None
+    not_glob: Optional[PatternText] = None
     regex: Optional[PatternText] = None
+    not_regex: Optional[PatternText] = None
     gt: Optional[FiniteFloat] = None
     ge: Optional[FiniteFloat] = None
     lt: Optional[FiniteFloat] = None
     le: Optional[FiniteFloat] = None
     exists: Optional[bool] = None
+    any_: Optional[ElementCondition] = Field(None, alias="any")
+    all_: Optional[ElementCondition] = Field(None, alias="all")
 
     _operator: str = PrivateAttr()
     _path: tuple = PrivateAttr()
     _expected: Any = PrivateAttr()
 
-    @field_validator("regex")
+    @field_validator("regex", "not_regex")
     @classmethod
     def _compiles(cls, pattern):
         if pattern is not None:
             try:
-                re.compile(pattern)
-            except re.error as error:
-                raise _fail(f"invalid regex: {error}")
+                Regex(pattern)
+            except PolicyError as error:
+                raise _fail(f"invalid regex (RE2): {error}")
         return pattern
 
     @model_validator(mode="after")
@@ -180,45 +259,77 @@ class Condition(_Model):
             expected = canonical_json(value)
         elif name in ("in", "not_in"):
             expected = frozenset(canonical_json(item) for item in value)
-        elif name == "glob":
-            expected = _glob_regex(value)
-        elif name == "regex":
-            expected = re.compile(value)
+        elif name in ("regex", "not_regex"):
+            expected = Regex(value)
         else:
             expected = value
-        self._operator, self._path, self._expected = name, tuple(self.arg.split(".")), expected
+        path = () if self.arg is None else tuple(self.arg.split("."))
+        self._operator, self._path, self._expected = name, path, expected
         return self
 
     @model_serializer
     def _canonical(self):
         # Only the operator given: an unset `equals` and `equals: null` differ.
-        return {"arg": self.arg, self._operator: getattr(self, _OPERATOR_FIELDS[self._operator])}
+        operand = getattr(self, _OPERATOR_FIELDS[self._operator])
+        if self._operator in LIST_OPERATORS:
+            operand = operand._canonical()
+        return ({} if self.arg is None else {"arg": self.arg}) | {self._operator: operand}
 
-    def test(self, arguments: dict) -> Optional[bool]:
-        """Whether the condition holds; None when the string is too long to match."""
-        value = arguments
-        for key in self._path:
-            value = value.get(key, _MISSING) if isinstance(value, dict) else _MISSING
-            if value is _MISSING:
-                break
+    @property
+    def operator(self) -> str:
+        return self._operator
+
+    @property
+    def path(self) -> tuple:
+        """The keys of `arg`; empty for an element itself."""
+        return self._path
+
+    @property
+    def operand(self):
+        """The operator's value as written (a condition for any and all)."""
+        return getattr(self, _OPERATOR_FIELDS[self._operator])
+
+    def test(self, subject) -> Optional[bool]:
+        """Whether the condition holds for `subject` (the arguments, or a list
+        element); None when a pattern could not decide (see pattern_subject)."""
+        return self.holds(resolve_path(subject, self._path))
+
+    def holds(self, value) -> Optional[bool]:
+        """The operator on the value `arg` resolved to (MISSING if it did not)."""
         name = self._operator
         if name == "exists":
-            return (value is not _MISSING) == self.exists
-        if value is _MISSING:
+            return (value is not MISSING) == self.exists
+        if value is MISSING:
             return False
         if name in ("equals", "not_equals"):
             return (canonical_json(value) == self._expected) == (name == "equals")
         if name in ("in", "not_in"):
             return (canonical_json(value) in self._expected) == (name == "in")
-        if name in ("glob", "regex"):
+        if name in PATTERN_OPERATORS:
             if not isinstance(value, str):
                 return False
-            if len(value) > MAX_SUBJECT_LENGTH:
+            if not pattern_subject(value):
                 return None
-            return self._expected.search(value) is not None
+            if name in ("glob", "not_glob"):
+                found = glob_matches(self._expected, value)
+            else:
+                found = self._expected.finds(value)
+            return found != name.startswith("not_")
+        if name in LIST_OPERATORS:
+            if not isinstance(value, list):
+                return False
+            results = {self._expected.test(element) for element in value}
+            decisive, other = (True, False) if name == "any" else (False, True)
+            return decisive if decisive in results else (None if None in results else other)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return False
         return _COMPARISONS[name](value, self._expected)
+
+
+class Condition(ElementCondition):
+    """One argument (`arg`, required) and one operator."""
+
+    arg: ArgPath
 
 
 class PrincipalCondition(_Model):
@@ -249,28 +360,27 @@ class Rule(_Model):
     principal: Optional[PrincipalCondition] = None
     effect: Literal["deny"]
 
-    _tool_regex: Optional[re.Pattern] = PrivateAttr(None)
-
     @model_validator(mode="after")
     def _constrained(self):
         if self.tool is None and not self.when and self.principal is None:
             raise _fail("a rule needs a tool, a when or a principal; this one would deny every call")
-        if self.is_glob:
-            self._tool_regex = _glob_regex(self.tool)
         return self
 
     @property
     def is_glob(self) -> bool:
         return self.tool is not None and _GLOB_CHARACTERS.search(self.tool) is not None
 
+    def tool_matches(self, tool) -> bool:
+        if self.is_glob:
+            return isinstance(tool, str) and glob_matches(self.tool, tool)
+        return self.tool is None or tool == self.tool
+
+    def principal_matches(self, principal) -> bool:
+        return self.principal is None or self.principal.test(principal)
+
     def test(self, tool: str, arguments: dict, principal: str) -> Optional[bool]:
         """True when the rule matches, None when a condition could not be decided."""
-        if self._tool_regex is not None:
-            if not isinstance(tool, str) or self._tool_regex.match(tool) is None:
-                return False
-        elif self.tool is not None and tool != self.tool:
-            return False
-        if self.principal is not None and not self.principal.test(principal):
+        if not (self.tool_matches(tool) and self.principal_matches(principal)):
             return False
         result = True
         for condition in self.when:
@@ -322,7 +432,7 @@ class PolicyDocument(_Model):
         """(verdict, why). why is the id of the rule that denied, or
         PRINCIPAL_NOT_ALLOWED, or the first undecided rule when that made the
         verdict None; it is None when no rule decided."""
-        if self._allowed is not None and principal not in self._allowed:
+        if not self.principal_allowed(principal):
             return c.DENY, PRINCIPAL_NOT_ALLOWED
         undecided = None
         for rule in self.rules:
@@ -333,7 +443,15 @@ class PolicyDocument(_Model):
                 undecided = rule.id
         if undecided is not None:
             return None, undecided
-        return (c.ALLOW if tool in self._named else self.default), None
+        return self.undenied(tool), None
+
+    def principal_allowed(self, principal) -> bool:
+        """False where `allowed_principals` is set and leaves `principal` out."""
+        return self._allowed is None or principal in self._allowed
+
+    def undenied(self, tool) -> Optional[str]:
+        """The verdict for a call that no rule denies or leaves undecided."""
+        return c.ALLOW if tool in self._named else self.default
 
     def __call__(self, tool: str, arguments: dict, principal: str) -> Optional[str]:
         return self.explain(tool, arguments, principal)[0]

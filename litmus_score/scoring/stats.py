@@ -6,6 +6,8 @@ import math
 from statistics import NormalDist
 
 Z95 = NormalDist().inv_cdf(0.975)
+# A one-sided 95% bound: the upper end of the interval at this z.
+Z95_ONE_SIDED = NormalDist().inv_cdf(0.95)
 
 
 def _wilson(p: float, n: float, z: float):
