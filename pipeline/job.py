@@ -1,10 +1,11 @@
 """The scoring job as a function: a RunConfig in, a published run and an exit code out.
 
 Every command that scores (`score`, `nightly`, `demo`, `score
---input-format`, the Dataflow template) builds one RunConfig
-(pipeline.options) and calls run(), which matches the globs, claims the
-output folder, runs the pipeline, compares with the baseline read when the
-run started, and publishes the run (pipeline.publish).
+--input-format`) builds one RunConfig (pipeline.options) and calls run(),
+which matches the globs, claims the output folder, runs the pipeline,
+compares with the baseline read when the run started, and publishes the run
+(pipeline.publish). The Dataflow template calls submit() instead: the job
+publishes itself as its last step (PublishStep).
 """
 
 from __future__ import annotations
