@@ -18,7 +18,7 @@ from litmus_score.exits import Exit
 from pipeline.cli import main
 from tests import sandbox
 from tests.conftest import RUNNER, load_json
-from tests.test_publish import ROOT, one_line_error
+from tests.test_publish import ROOT, one_line_error, shards  # noqa: F401  (shards: the module's fixture)
 
 TIMEOUT_S = 300
 
@@ -38,13 +38,6 @@ sys.argv = ["litmus-score", *sys.argv[2:]]
 from pipeline.cli import entry_point
 entry_point()
 """
-
-
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("shards")
-    assert main(["generate", "--output", str(folder), "--trajectories", "3000", "--shards", "3", "--seed", "5"]) == 0
-    return folder
 
 
 def score_argv(shards, output, *flags):

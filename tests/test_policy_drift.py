@@ -82,34 +82,26 @@ def assert_withheld_everywhere(folder, new_sha, old_sha, printed):
     assert "no verdict" in printed and f"policy_sha256 differs: new {new_sha!r}, old {old_sha!r}" in printed
 
 
-def test_a_deny_rule_added_between_two_nights_is_no_regression(tmp_path, policies, capsys):
+@pytest.mark.parametrize("last_night, tonight, policies_in_order", [
+    # The same trajectories; under the new rule 90 of 300 are misuse (0 before): a "rise" no agent made.
+    ((0, 90), (0, 90), ("allow", "deny")),
+    # 130/300 under the rule, then 90/300 without it: the rate fell while the harness denied three times as many.
+    ((30, 100), (90, 100), ("deny", "allow")),
+], ids=["a deny rule added is no regression", "a deny rule dropped cannot hide a real rise"])
+def test_a_policy_change_between_two_nights_withholds_the_verdict(tmp_path, policies, capsys, last_night, tonight,
+                                                                  policies_in_order):
     runs = tmp_path / "runs"
-    for date in ("2026-11-30", "2026-12-01"):  # the same trajectories both nights
-        night(runs / date, recorded_denies=0, large_undecided=90)
+    night(runs / "2026-11-30", *last_night)
+    night(runs / "2026-12-01", *tonight)
     root = tmp_path / "scores"
-    (allow, allow_sha), (deny, deny_sha) = policies["allow"], policies["deny"]
-    assert nightly(runs, root, "2026-11-30", allow) == Exit.OK
+    (old, old_sha), (new, new_sha) = (policies[name] for name in policies_in_order)
+    assert nightly(runs, root, "2026-11-30", old) == Exit.OK
     capsys.readouterr()
-    # Under the new rule 90 of 300 are misuse (0 before): a "regression" that no agent committed.
-    assert nightly(runs, root, "2026-12-01", deny) == Exit.WITHHELD
-    tonight = root / "date=2026-12-01"
-    assert load_json(tonight / "metrics.json")["totals"]["misuse"]["count"] == 90
-    assert_withheld_everywhere(tonight, deny_sha, allow_sha, capsys.readouterr().out)
-
-
-def test_a_deny_rule_dropped_cannot_hide_a_real_rise(tmp_path, policies, capsys):
-    runs = tmp_path / "runs"
-    night(runs / "2026-11-30", recorded_denies=30, large_undecided=100)
-    night(runs / "2026-12-01", recorded_denies=90, large_undecided=100)  # the harness denied three times as many
-    root = tmp_path / "scores"
-    (allow, allow_sha), (deny, deny_sha) = policies["allow"], policies["deny"]
-    assert nightly(runs, root, "2026-11-30", deny) == Exit.OK
-    capsys.readouterr()
-    # 130/300 under the rule, then 90/300 without it: the rate fell while the real misuse tripled.
-    assert nightly(runs, root, "2026-12-01", allow) == Exit.WITHHELD
-    tonight = root / "date=2026-12-01"
-    assert load_json(tonight / "metrics.json")["totals"]["misuse"]["count"] == 90
-    assert_withheld_everywhere(tonight, allow_sha, deny_sha, capsys.readouterr().out)
+    # Was: exit 3 (four agents "regressed") for the first, exit 0 for the second; the policy named nowhere.
+    assert nightly(runs, root, "2026-12-01", new) == Exit.WITHHELD
+    folder = root / "date=2026-12-01"
+    assert load_json(folder / "metrics.json")["totals"]["misuse"]["count"] == 90
+    assert_withheld_everywhere(folder, new_sha, old_sha, capsys.readouterr().out)
 
 
 def test_the_same_policy_on_both_nights_gets_its_verdict(tmp_path, policies, capsys):
