@@ -1,7 +1,5 @@
 """`python -m pipeline ...` is the same as `litmus-score ...`."""
 
-import sys
+from pipeline.cli import entry_point
 
-from pipeline.cli import main
-
-sys.exit(main())
+entry_point()

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 
+from litmus_score.exits import Exit
 from pipeline import text
 from litmus_score.scoring.validity import CHANGED, HELD, TOO_FEW_CALLS, VERDICT_TOLERANCE, audit_rows
 
@@ -91,49 +91,43 @@ def harness_table(groups, chars: int = 20) -> str:
                              "we do not):", *lines])
 
 
-def main(argv) -> int:
+def main(argv) -> Exit:
     parser = argparse.ArgumentParser(prog="litmus-score audit", description=__doc__.split("\n")[0])
     parser.add_argument("inputs", nargs="+", help="Parquet shard paths or globs (local, gs://, ...)")
     parser.add_argument("--policy", default=None, help="policy YAML: decides where a context recorded no verdict")
     args, beam_args = parser.parse_known_args(argv)
 
     import apache_beam as beam
-    from apache_beam.options.pipeline_options import PipelineOptions
 
+    from pipeline.flags import beam_options
     from pipeline.graph import ScoreTrajectories
-    from pipeline.options import with_local_parallelism
+    from pipeline.options import UsageError, load_policy_file
     from litmus_score.scoring import contract as c
+    from transforms.files import to_json, write_text
     from transforms.read import NoMatchingShards
-    from transforms.write import to_json, write_text
 
-    policy = None
-    if args.policy:
-        from litmus_score.scoring.policy import PolicyError, load_policy
-
-        try:
-            policy = load_policy(args.policy)
-        except OSError as error:
-            print(f"litmus-score: cannot read {args.policy}: {error.strerror}", file=sys.stderr)
-            return 2
-        except PolicyError as error:
-            print(f"litmus-score: {error}", file=sys.stderr)
-            return 2
+    try:
+        policy = load_policy_file(args.policy) if args.policy else None
+        options = beam_options(beam_args)
+    except UsageError as error:
+        text.error(error)
+        return Exit.USAGE
     with tempfile.TemporaryDirectory(prefix="litmus-audit-") as folder:
         path = f"{folder}/metrics.json"
-        pipeline = beam.Pipeline(options=PipelineOptions(with_local_parallelism(beam_args)))
+        pipeline = beam.Pipeline(options=options)
         try:
             outputs = pipeline | "Score trajectories" >> ScoreTrajectories(args.inputs, c.COMMIT, policy=policy)
         except NoMatchingShards as error:
-            print(f"litmus-score: {error}", file=sys.stderr)
-            return 2
+            text.error(error)
+            return Exit.USAGE
         outputs["metrics"] | "Keep metrics" >> beam.Map(lambda doc: write_text(path, to_json(doc)))
         if pipeline.run().wait_until_finish() != beam.runners.runner.PipelineState.DONE:
-            print("litmus-score: the pipeline failed", file=sys.stderr)
-            return 1
+            text.error("the pipeline failed")
+            return Exit.FAILED
         with open(path, encoding="utf-8") as handle:
             metrics = json.load(handle)
     print(audit_table(metrics["totals"]["validity"]))
     harness = harness_table(metrics["groups"])
     if harness:
         print(harness)
-    return 0
+    return Exit.OK

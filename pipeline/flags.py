@@ -13,7 +13,7 @@ import importlib
 
 from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
-from pipeline.options import UsageError
+from pipeline.options import UsageError, with_local_parallelism, with_our_runners
 
 # Beam modules that define runners' options outside pipeline_options (which
 # holds Dataflow's, Flink's, Spark's, Portable's, ...): imported so that
@@ -67,3 +67,12 @@ def check_flags(argv, other_flags=()) -> None:
     flags = [flag for flag in parser._option_string_actions if flag.startswith("--")] + list(other_flags)
     nearest = difflib.get_close_matches(name, flags, n=1)
     raise UsageError(f"unknown option {name}" + (f" (did you mean {nearest[0]}?)" if nearest else ""))
+
+
+def beam_options(argv, **values) -> PipelineOptions:
+    """The options of a job from its flags (checked strictly, our runners'
+    short names resolved, local parallelism chosen) and from `values` that a
+    command sets itself (ScoreOptions' names: inputs, output, baseline, ...)."""
+    argv = with_our_runners(list(argv))
+    check_flags(argv)
+    return PipelineOptions(with_local_parallelism(argv), **values)

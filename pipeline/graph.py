@@ -50,7 +50,7 @@ class ScoreTrajectories(beam.PTransform):
                  max_groups: int = m.DEFAULT_MAX_GROUPS):
         super().__init__()
         self._read = ReadShards(inputs, batch_rows, bounds.max_text_bytes)
-        self._mode = c.check_mode(mode)
+        self._mode = mode  # checked by the stages that use it
         self._policy = policy
         self._bounds = bounds
         if max_slice_keys < 1:
@@ -118,13 +118,19 @@ def check_verdict_source(shards, policy, accept_no_verdict: bool = False) -> Non
             raise NoVerdictSource(paths)
 
 
-def build(pipeline: beam.Pipeline, config, manifest_header: dict, policy=None) -> int:
-    """Adds the whole job (score, then write everything) to `pipeline`; returns how many shards it reads."""
-    score = ScoreTrajectories(config.inputs, config.adjudication, config.batch_rows, policy,
+def build(pipeline: beam.Pipeline, config, manifest_header: dict, finish=None) -> int:
+    """Adds the whole job (score, then write everything) to `pipeline` for a
+    pipeline.options.RunConfig; returns how many shards it reads. `finish`,
+    a picklable callable, runs once as the job's last step, after
+    metrics.json and the manifest are written (pipeline.job.PublishStep:
+    the job publishes itself)."""
+    score = ScoreTrajectories(config.inputs, config.mode, config.batch_rows, config.policy,
                               config.bounds, config.max_slice_keys, config.max_groups)
-    check_verdict_source(score.shards, policy, config.accept_no_verdict)
+    check_verdict_source(score.shards, config.policy, config.accept_no_verdict)
     outputs = pipeline | "Score trajectories" >> score
-    outputs | "Write outputs" >> WriteOutputs(config.output, manifest_header)
+    written = outputs | "Write outputs" >> WriteOutputs(config.output, manifest_header)
+    if finish is not None:
+        written | "Publish the run" >> beam.Map(finish)
     _settle_memory()
     return len(score.shards)
 

@@ -3,7 +3,8 @@
     litmus-score nightly --date 2026-12-01 --input 'runs/{date}/*.parquet' --output-root scores/ [score's flags]
 
 scores into OUTPUT_ROOT/date=2026-12-01/ with, as the baseline, the latest
-earlier night under the root that is complete and scored in the same mode.
+earlier night under the root that is complete (read when the night starts;
+scored under other rules, it gets a withheld verdict, not a skipped one).
 Re-running a night replaces that night's own earlier attempt, complete or
 not (the manifest records the night and its inputs); the folder of another
 night is never written over, and one scored from other inputs only with
@@ -13,19 +14,23 @@ night is never written over, and one scored from other inputs only with
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from datetime import date as Date
+from typing import Optional
 
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline.flags import check_flags
-from pipeline.options import ScoreOptions, UsageError
-from pipeline.publish import PublishError, completed_subfolders, read_run
-from litmus_score.scoring import contract as c
+from pipeline import text
+from pipeline.flags import beam_options, check_flags
+from pipeline.options import UsageError, folder_name, validate
+from pipeline.publish import PublishError, Run, completed_subfolders, pin_run
+from litmus_score.exits import Exit
 from litmus_score.scoring.layout import NIGHT_PREFIX
 
 # Chosen by `nightly` itself.
 _CHOSEN = ("--output", "--baseline")
+# Exit codes of a night that was published.
+PUBLISHED = (Exit.OK, Exit.REGRESSION, Exit.INCOMPLETE_INPUT, Exit.WITHHELD)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,24 +45,26 @@ def _parser() -> _Parser:
     parser.add_argument("--date", help="the night, YYYY-MM-DD (required)")
     parser.add_argument("--input", dest="inputs", action="append",
                         help="Parquet path or glob; {date} stands for --date; repeat for several (required)")
-    parser.add_argument("--output-root", help="folder of the nights' outputs: local, gs://, ... (required)")
+    parser.add_argument("--output-root", "--output_root", dest="output_root",
+                        help="folder of the nights' outputs: local, gs://, ... (required)")
     parser.add_argument("-h", "--help", action="store_true")
     return parser
 
 
-def night_date(text: str) -> str:
-    """`text` if it is a calendar date written YYYY-MM-DD, else UsageError."""
+def night_date(value: str) -> str:
+    """`value` if it is a calendar date written YYYY-MM-DD, else UsageError."""
     try:
-        if len(text) == 10 and Date.fromisoformat(text).isoformat() == text:
-            return text
+        if len(value) == 10 and Date.fromisoformat(value).isoformat() == value:
+            return value
     except ValueError:
         pass
-    raise UsageError(f"--date must be a date written YYYY-MM-DD, got {text!r}")
+    raise UsageError(f"--date must be a date written YYYY-MM-DD, got {value!r}")
 
 
-def find_baseline(root: str, date: str, mode: str):
-    """The folder of the latest night before `date` under `root` that is a
-    complete run scored in `mode`, or None."""
+def find_baseline(root: str, date: str) -> Optional[Run]:
+    """The latest night before `date` under `root` that is a complete run,
+    read now (pinned), or None. Its rules need not be tonight's: when they
+    differ the comparison says so and gives no verdict (docs/nightly.md)."""
     earlier = []
     for name in completed_subfolders(root, NIGHT_PREFIX):
         day = name[len(NIGHT_PREFIX):]
@@ -67,18 +74,16 @@ def find_baseline(root: str, date: str, mode: str):
         except UsageError:  # not a night's folder
             continue
     for day in sorted(earlier, reverse=True):
-        folder = FileSystems.join(root, NIGHT_PREFIX + day)
         try:
-            metrics, _ = read_run(folder)
-        except PublishError:
-            continue
-        if metrics.get("adjudication") == mode:
-            return folder
+            return pin_run(FileSystems.join(root, NIGHT_PREFIX + day))
+        except PublishError as error:
+            print(f"litmus-score nightly: {NIGHT_PREFIX}{day} is no baseline: {text.shown(error)}")
     return None
 
 
 def plan(argv):
-    """(score's argv, the night, the baseline folder or None, the output root); None after --help; UsageError."""
+    """(the run's config, the night, the pinned baseline or None, the output root); None after --help;
+    UsageError."""
     parser = _parser()
     args, rest = parser.parse_known_args(list(argv))
     if args.help:
@@ -92,14 +97,37 @@ def plan(argv):
         if not value:
             raise UsageError(f"{flag} is required (litmus-score nightly --help)")
     date = night_date(args.date)
-    try:
-        mode = c.check_mode(PipelineOptions(rest).view_as(ScoreOptions).adjudication)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
     inputs = [pattern.replace("{date}", date) for pattern in args.inputs]
-    root = args.output_root.rstrip("/") or "/"
-    baseline = find_baseline(root, date, mode)
-    score_argv = [*(part for pattern in inputs for part in ("--input", pattern)),
-                  "--output", FileSystems.join(root, NIGHT_PREFIX + date),
-                  *(["--baseline", baseline] if baseline else []), *rest]
-    return score_argv, {"date": date, "inputs": inputs}, baseline, root
+    root = folder_name(args.output_root)
+    config = validate(beam_options(rest, inputs=inputs, output=FileSystems.join(root, NIGHT_PREFIX + date)))
+    baseline = find_baseline(root, date)
+    if baseline is not None:
+        config = dataclasses.replace(config, baseline=baseline.folder)
+    return config, {"date": date, "inputs": inputs}, baseline, root
+
+
+def main(argv) -> Exit:
+    """`litmus-score nightly`: scores one night against the latest earlier complete night."""
+    from pipeline import job
+
+    try:
+        planned = plan(argv)
+    except UsageError as error:
+        text.error(error)
+        return Exit.USAGE
+    if planned is None:  # --help
+        return Exit.OK
+    config, night, baseline, root = planned
+    print(f"litmus-score nightly {night['date']}: baseline "
+          + (text.shown(baseline.folder) if baseline else "none (no earlier complete night)"))
+    code = job.run(config, baseline, night)
+    if code in PUBLISHED:
+        after_publishing(root)
+    return code
+
+
+def after_publishing(root: str) -> None:
+    """What follows a night published under `root`: the history of nights is refreshed."""
+    from litmus_score.report.trend import refresh
+
+    refresh(root)

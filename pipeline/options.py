@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Optional
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipeline.publish import PublishError, read_run
 from litmus_score.scoring import contract as c
 from litmus_score.scoring.layout import OTHER
 from litmus_score.scoring.metrics import DEFAULT_MAX_GROUPS, DEFAULT_MAX_SLICE_KEYS
@@ -112,12 +111,19 @@ class ScoreOptions(PipelineOptions):
                                  f"one group whose run_id and agent are {OTHER} (default {DEFAULT_MAX_GROUPS:,}).")
 
 
-@dataclass(frozen=True)
-class ScoreConfig:
+@dataclass(frozen=True, eq=False)
+class RunConfig:
+    """A scoring run's validated options, built once (validate) and passed down.
+
+    `beam` is the options object the Beam pipeline is made with (every flag
+    that is not litmus-score's goes there unchanged); `baseline` names an
+    earlier run's folder, read when the run starts (pipeline.job)."""
+
     inputs: tuple
     output: str
-    adjudication: str
-    batch_rows: int
+    mode: str
+    beam: PipelineOptions
+    batch_rows: int = DEFAULT_BATCH_ROWS
     policy_file: Optional[str] = None
     policy: Optional[PolicyDocument] = None
     baseline: Optional[str] = None
@@ -128,11 +134,16 @@ class ScoreConfig:
     accept_no_verdict: bool = False
     max_groups: int = DEFAULT_MAX_GROUPS
 
+    @property
+    def policy_sha256(self) -> Optional[str]:
+        return self.policy.sha256 if self.policy is not None else None
+
     def as_dict(self) -> dict:
+        """The options as the manifest records them."""
         return {
             "inputs": list(self.inputs),
             "output": self.output,
-            "adjudication": self.adjudication,
+            "adjudication": self.mode,
             "batch_rows": self.batch_rows,
             "policy": self.policy_file,
             "accept_no_verdict": self.accept_no_verdict,
@@ -145,19 +156,54 @@ class ScoreConfig:
         }
 
 
-def load_baseline_metrics(folder: str, mode: str) -> dict:
-    """A complete earlier run's metrics.json, checked to be comparable; UsageError if not."""
+def _config_file(path: str, load):
+    """load(path), with I/O and validation faults as one UsageError line naming the file."""
     try:
-        metrics, _ = read_run(folder)
-    except PublishError as error:
-        raise UsageError(f"baseline: {error}") from None
-    if not isinstance(metrics, dict) or metrics.get("adjudication") != mode:
-        found = metrics.get("adjudication") if isinstance(metrics, dict) else None
-        raise UsageError(f"baseline {folder!r} was scored with adjudication {found!r}, this run with {mode!r}")
-    return metrics
+        return load(path)
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error.strerror}") from None
+    except ValueError as error:  # PolicyError, ThresholdsError: one line naming file and field
+        raise UsageError(str(error)) from None
 
 
-def validate(options: PipelineOptions) -> ScoreConfig:
+def load_policy_file(path: str) -> PolicyDocument:
+    """The validated policy in `path`; UsageError naming the file (and the field) if it cannot be used.
+    Every command that takes a policy loads it here."""
+    # pydantic and PyYAML load only when a policy or thresholds file is given.
+    from litmus_score.scoring.policy import load_policy
+
+    return _config_file(path, load_policy)
+
+
+def load_thresholds_file(path: str) -> Thresholds:
+    """The validated thresholds in `path`; UsageError naming the file (and the field) if they cannot be used."""
+    from litmus_score.scoring.compare import load_thresholds
+
+    return _config_file(path, load_thresholds)
+
+
+def folder_name(path: str) -> str:
+    """An output or run folder as given, without trailing slashes ('/' stays '/')."""
+    return path.rstrip("/") or "/"
+
+
+def _resolved(folder: str) -> str:
+    if "://" in folder:  # an object store: names are what they say
+        return folder.rstrip("/")
+    return os.path.realpath(folder)
+
+
+def refuse_nested(output: str, other: str, role: str) -> None:
+    """UsageError when `output` is the folder `other` (a run read as `role`),
+    or holds it, or is inside it: writing the output would touch that run."""
+    mine, theirs = _resolved(output), _resolved(other)
+    if mine == theirs or mine.startswith(theirs + "/") or theirs.startswith(mine + "/"):
+        relation = "is" if mine == theirs else "is inside" if mine.startswith(theirs + "/") else "holds"
+        raise UsageError(f"--output {output!r} {relation} the {role} {other!r}: a run never writes into "
+                         "a run it reads; choose another --output")
+
+
+def validate(options: PipelineOptions) -> RunConfig:
     """The checked configuration, or a UsageError naming what is wrong."""
     score = options.view_as(ScoreOptions)
     if not score.inputs:
@@ -178,24 +224,14 @@ def validate(options: PipelineOptions) -> ScoreConfig:
         bounds = Bounds(score.max_calls_per_trajectory, score.max_text_bytes, score.max_json_depth)
     except ValueError as error:
         raise UsageError(f"--{error}") from None
-    output = score.output.rstrip("/") or "/"
-    # pydantic and PyYAML load only when a policy or thresholds file is given.
-    policy = thresholds = None
-    try:
-        if score.policy:
-            from litmus_score.scoring.policy import load_policy
-
-            policy = load_policy(score.policy)
-        if score.thresholds:
-            from litmus_score.scoring.compare import load_thresholds
-
-            thresholds = load_thresholds(score.thresholds)
-    except OSError as error:
-        raise UsageError(f"cannot read {error.filename}: {error.strerror}") from None
-    except ValueError as error:  # PolicyError, ThresholdsError: one line naming file and field
-        raise UsageError(str(error)) from None
+    output = folder_name(score.output)
     if score.baseline:
-        load_baseline_metrics(score.baseline, mode)
-    return ScoreConfig(tuple(score.inputs), output, mode, score.batch_rows, score.policy, policy,
-                       score.baseline, thresholds, bounds, score.max_slice_keys, score.replace,
-                       score.accept_no_verdict, score.max_groups)
+        refuse_nested(output, score.baseline, "baseline")
+    return RunConfig(
+        inputs=tuple(score.inputs), output=output, mode=mode, beam=options,
+        batch_rows=score.batch_rows, policy_file=score.policy,
+        policy=load_policy_file(score.policy) if score.policy else None,
+        baseline=folder_name(score.baseline) if score.baseline else None,
+        thresholds=load_thresholds_file(score.thresholds) if score.thresholds else None,
+        bounds=bounds, max_slice_keys=score.max_slice_keys, replace=score.replace,
+        accept_no_verdict=score.accept_no_verdict, max_groups=score.max_groups)

@@ -1,7 +1,7 @@
 """Publishing a run: who may write an output folder, what an earlier attempt
 there becomes, and the last writes that make a run complete.
 
-    claim()    OUTPUT/.lock is created exclusively (pid, host, start time);
+    claim()    OUTPUT/.lock is created exclusively (host, boot, pid, start time);
                then an earlier attempt in the folder is refused, or with
                --replace deleted whole, before the pipeline starts.
     pipeline   bundles write under OUTPUT/.temp-*; one finishing step
@@ -18,11 +18,13 @@ they are not part of any run, whatever their names.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import socket
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from apache_beam.io.filesystem import BeamIOError
@@ -33,7 +35,9 @@ from litmus_score.scoring.layout import (
     COMPARISON_FILE, EVIDENCE_FILE, IMPORTED_DIR, LOCK_FILE, MANIFEST_FILE, MANIFEST_SCHEMA, METRICS_FILE, PARTIAL_PREFIX, REPORT_FILE,
     SUCCESS_MARKER, TEMP_PREFIX, UNSCORED_DIR,
 )
-from transforms.write import FILE_SETS, to_json, write_text, write_whole
+from pipeline.processes import boot_id, process_start
+from transforms.files import to_json, write_text, write_whole
+from transforms.write import FILE_SETS
 
 # Every name a run writes at the top of its folder (IMPORTED_DIR: the logs
 # `score --input-format` imported there just before, this run's own input).
@@ -72,9 +76,27 @@ def _read_bytes(path: str) -> bytes:
         return handle.read()
 
 
-def _refuse_foreign(folder: str, names) -> None:
-    foreign = sorted(name for name in names if name not in RUN_NAMES and not name.startswith((TEMP_PREFIX,
-                                                                                               PARTIAL_PREFIX)))
+@dataclass(frozen=True)
+class FolderKind:
+    """What a command writes into a folder it claims: the names at the top of
+    the folder (anything else there is someone else's), and the file whose
+    presence says an earlier attempt finished."""
+
+    noun: str
+    names: frozenset
+    finished_marker: str
+
+
+# A scoring run's folder (IMPORTED_DIR: the logs `score --input-format` imported there, the run's own input).
+RUN = FolderKind("run", RUN_NAMES, SUCCESS_MARKER)
+# `compare`'s folder: the comparison, the report of the newer run against the older, their manifest.
+COMPARISON = FolderKind("comparison", frozenset({COMPARISON_FILE, REPORT_FILE, MANIFEST_FILE, SUCCESS_MARKER,
+                                                 LOCK_FILE}), SUCCESS_MARKER)
+
+
+def _refuse_foreign(folder: str, names, kind: FolderKind) -> None:
+    foreign = sorted(name for name in names if name not in kind.names and not name.startswith((TEMP_PREFIX,
+                                                                                                PARTIAL_PREFIX)))
     if foreign:
         shown = ", ".join(repr(name) for name in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
         raise PublishError(f"output folder {folder!r} holds files litmus-score did not write ({shown}); "
@@ -82,13 +104,21 @@ def _refuse_foreign(folder: str, names) -> None:
 
 
 class Lock:
-    """OUTPUT/.lock, created exclusively: one run writes a folder at a time.
+    """FOLDER/.lock, created exclusively: one command writes a folder at a time.
 
-    Local files are created with O_EXCL. Beam's object store filesystems have
-    no create-if-absent, so there the lock is a check then a create: it
-    keeps apart runs started seconds apart, not at the same instant. A lock
-    whose pid is dead on this host is stale and may be broken; one from
-    another host cannot be judged and must be deleted by hand.
+    The record (host, boot id, pid, the process's start time) is written to
+    a temporary file and linked into place, so a lock is never seen empty or
+    half written: a full disk fails the claim and leaves no lock. Beam's
+    object store filesystems have no create-if-absent, so there the lock is
+    a check then a create (an object appears whole): it keeps apart runs
+    started seconds apart, not at the same instant.
+
+    A lock is stale when its owner is provably gone: on this host, a boot
+    other than this one, a pid no process has, or a pid now held by a
+    process that started at another time; or a lock with no readable record,
+    which no run of this version leaves. A stale lock may be broken (with
+    --replace, or by `nightly` for its own night); one from another host
+    cannot be judged and must be deleted by hand.
     """
 
     def __init__(self, path: str):
@@ -97,20 +127,23 @@ class Lock:
     @classmethod
     def acquire(cls, folder: str, may_break_stale: bool = False) -> Lock:
         path = FileSystems.join(folder, LOCK_FILE)
-        record = {"pid": os.getpid(), "host": socket.gethostname(),
+        record = {"pid": os.getpid(), "host": socket.gethostname(), "boot_id": boot_id(),
+                  "process_start": process_start(os.getpid()),
                   "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-        if _create_exclusively(path, to_json(record).encode("utf-8")):
+        data = to_json(record).encode("utf-8")
+        if _create_exclusively(path, data):
             return cls(path)
         holder = _holder(path)
         described = (f"pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('started')}"
-                     if holder else "an unreadable lock")
-        if holder is None or _may_be_running(holder):
+                     if isinstance(holder, dict) else "an unreadable lock" if holder == _UNREADABLE
+                     else "a lock with no record: empty or garbled")
+        if not _owner_gone(holder):
             raise PublishError(f"output folder {folder!r} is in use by another run ({described}); "
                                f"if that run is gone, delete {path}")
         if not may_break_stale:
             raise PublishError(f"a run that did not finish left {path} ({described}, no longer running); "
                                "pass --replace to replace its partial output")
-        if not (_break(path, holder) and _create_exclusively(path, to_json(record).encode("utf-8"))):
+        if not (_break(path, holder) and _create_exclusively(path, data)):
             raise PublishError(f"output folder {folder!r} is in use by another run; try again later")
         return cls(path)
 
@@ -120,44 +153,70 @@ class Lock:
 
 
 def _create_exclusively(path: str, data: bytes) -> bool:
-    if _is_local(path):
-        try:
-            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
+    if not _is_local(path):
+        if FileSystems.exists(path):
             return False
-        except FileNotFoundError:
-            raise PublishError(f"{os.path.dirname(path)!r} is not a folder") from None
-        with os.fdopen(descriptor, "wb") as handle:
+        with FileSystems.create(path) as handle:
             handle.write(data)
         return True
-    if FileSystems.exists(path):
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        raise PublishError(f"{folder!r} is not a folder")
+    partial = os.path.join(folder, f"{PARTIAL_PREFIX}{uuid.uuid4().hex}{LOCK_FILE}")
+    try:
+        with open(partial, "xb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(partial, path)  # fails if the lock exists: create-if-absent, with the record already whole
+        return True
+    except FileExistsError:
         return False
-    with FileSystems.create(path) as handle:
-        handle.write(data)
-    return True
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(partial)
+
+
+# A lock whose bytes cannot be read (its permissions): nothing can be judged.
+_UNREADABLE = "unreadable"
 
 
 def _holder(path: str):
+    """The lock's record: a dict, None when it holds none (empty, garbled), or _UNREADABLE."""
     try:
-        holder = json.loads(_read_bytes(path))
-        return holder if isinstance(holder, dict) else None
-    except _READ_ERRORS:
+        data = _read_bytes(path)
+    except (OSError, BeamIOError):
+        return None if not FileSystems.exists(path) else _UNREADABLE
+    try:
+        holder = json.loads(data)
+    except ValueError:
         return None
+    return holder if isinstance(holder, dict) else None
 
 
-def _may_be_running(holder: dict) -> bool:
-    if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
+def _owner_gone(holder) -> bool:
+    """Whether the run that took the lock `holder` records is provably no longer running."""
+    if holder is None:  # empty or garbled: never written by a run that may still be going
         return True
-    try:
-        os.kill(holder["pid"], 0)
-    except ProcessLookupError:
+    if holder == _UNREADABLE:
         return False
-    except PermissionError:  # alive, another user's
+    pid = holder.get("pid")
+    if holder.get("host") != socket.gethostname() or not isinstance(pid, int) or isinstance(pid, bool):
+        return False
+    boot = boot_id()
+    if holder.get("boot_id") is not None and boot is not None and holder["boot_id"] != boot:
+        return True  # this host has rebooted since
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return True
-    return True
+    except PermissionError:  # alive, another user's
+        pass
+    recorded, now = holder.get("process_start"), process_start(pid)
+    return recorded is not None and now is not None and recorded != now  # the pid was reused
 
 
-def _break(path: str, holder: dict) -> bool:
+def _break(path: str, holder) -> bool:
     """Removes the stale lock `holder`; False if another run took it over meanwhile."""
     if not _is_local(path):
         FileSystems.delete([path])
@@ -174,20 +233,26 @@ def _break(path: str, holder: dict) -> bool:
     return True
 
 
-def claim(folder: str, replace: bool = False, night: dict | None = None) -> Lock:
-    """Locks `folder` for a new run and clears any earlier attempt in it, or
-    raises PublishError. Without `replace` an earlier attempt is refused;
-    for `night` (nightly), an attempt of that same night is replaced, one of
-    another night never is, and one of other inputs needs `replace`."""
-    _refuse_foreign(folder, _listing(folder))  # before anything is written: `--output /`, a user's folder
-    if _is_local(folder):
-        os.makedirs(folder, exist_ok=True)
-    lock = Lock.acquire(folder, may_break_stale=replace or night is not None)
+def claim(folder: str, replace: bool = False, night: dict | None = None, kind: FolderKind = RUN) -> Lock:
+    """Locks `folder` for a new `kind` of output and clears any earlier
+    attempt in it, or raises PublishError. Without `replace` an earlier
+    attempt is refused; for `night` (nightly), an attempt of that same night
+    is replaced, one of another night never is, and one of other inputs
+    needs `replace`. Nothing is written before the folder is known to hold
+    nothing but such an attempt; a folder that cannot be written is named
+    with the system's reason."""
     try:
-        earlier = {name: paths for name, paths in _listing(folder).items() if name not in (LOCK_FILE, IMPORTED_DIR)}
+        _refuse_foreign(folder, _listing(folder), kind)  # before anything is written: `--output /`, a user's folder
+        if _is_local(folder):
+            os.makedirs(folder, exist_ok=True)
+        lock = Lock.acquire(folder, may_break_stale=replace or night is not None)
+    except (OSError, BeamIOError) as error:
+        raise PublishError(f"cannot write output folder {folder!r}: {_reason(error)}") from None
+    try:
+        earlier = {name: paths for name, paths in _listing(folder).items() if name != LOCK_FILE}
         if earlier:
-            _refuse_foreign(folder, earlier)
-            _check_replaceable(folder, replace, night)
+            _refuse_foreign(folder, earlier, kind)
+            _check_replaceable(folder, replace, night, kind)
             FileSystems.delete([path for paths in earlier.values() for path in paths])
     except BaseException:
         lock.release()
@@ -195,13 +260,18 @@ def claim(folder: str, replace: bool = False, night: dict | None = None) -> Lock
     return lock
 
 
-def _check_replaceable(folder: str, replace: bool, night: dict | None) -> None:
+def _reason(error: Exception) -> str:
+    return getattr(error, "strerror", None) or str(error).split("\n", 1)[0]
+
+
+def _check_replaceable(folder: str, replace: bool, night: dict | None, kind: FolderKind) -> None:
     try:
         manifest = json.loads(_read_bytes(FileSystems.join(folder, MANIFEST_FILE)))
     except _READ_ERRORS:
         manifest = None
-    complete = manifest is not None and FileSystems.exists(FileSystems.join(folder, SUCCESS_MARKER))
-    held = "an earlier complete run" if complete else "an earlier run that did not finish (no _SUCCESS)"
+    finished = FileSystems.exists(FileSystems.join(folder, kind.finished_marker))
+    held = (f"an earlier complete {kind.noun}" if finished
+            else f"an earlier {kind.noun} that did not finish (no {kind.finished_marker})")
     if night is None:
         if not replace:
             raise PublishError(f"output folder {folder!r} is not empty: it holds {held}; "
@@ -245,6 +315,36 @@ def read_run(folder: str, complete: bool = True):
         return json.loads(data), manifest
     except ValueError:
         raise PublishError(f"{folder!r}: {METRICS_FILE} is not JSON") from None
+
+
+@dataclass(frozen=True)
+class Run:
+    """A complete run, read once (pin_run): a run that compares with a
+    baseline reads it when it starts, and whatever later happens to its
+    folder, compares with what was read."""
+
+    folder: str
+    metrics: dict
+    manifest: dict
+
+    def identity(self) -> dict:
+        """Which run, and which state of it, was read: its folder, its night
+        (nightly's date) and the sha256 of the metrics.json read."""
+        from litmus_score.scoring.compare import baseline_source
+
+        metrics_entry = next(entry for entry in self.manifest["outputs"] if entry["path"] == METRICS_FILE)
+        return {**baseline_source(self.folder, self.manifest), "metrics_sha256": metrics_entry["sha256"]}
+
+
+def pin_run(folder: str, role: str = "baseline") -> Run:
+    """The complete run in `folder`, read now; PublishError naming its `role` if it is none."""
+    try:
+        metrics, manifest = read_run(folder)
+    except PublishError as error:
+        raise PublishError(f"{role}: {error}") from None
+    if not isinstance(metrics, dict):
+        raise PublishError(f"{role}: {folder!r}: {METRICS_FILE} is not a JSON object")
+    return Run(folder.rstrip("/") or "/", metrics, manifest)
 
 
 def listed_files(folder: str, manifest: dict, subfolder: str) -> list:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
+from litmus_score.exits import Exit
 from pipeline import text
 from litmus_score.scoring import contract as c
 from litmus_score.scoring.layout import EVIDENCE_FILE, REPORT_FILE, SCORED_DIR, TRAJECTORIES_DIR, UNSCORED_DIR
@@ -177,7 +177,7 @@ def _read_json(path: str):
         return json.loads(handle.read().decode("utf-8"))
 
 
-def main(argv) -> int:
+def main(argv) -> Exit:
     parser = argparse.ArgumentParser(prog="litmus-score show", description=__doc__.split("\n")[0])
     parser.add_argument("output", help="a run's output folder (local, gs://, ...)")
     parser.add_argument("trajectory_id")
@@ -192,8 +192,8 @@ def main(argv) -> int:
     try:
         metrics, manifest = read_run(output)  # a complete run, or nothing
     except PublishError as error:
-        print(f"litmus-score: {_t(error, 1000)}", file=sys.stderr)
-        return 2
+        text.error(error)
+        return Exit.USAGE
     mode = metrics.get("adjudication", c.COMMIT)
     find = lambda folder: _matching_rows(output, manifest, folder, args.trajectory_id, args.run)  # noqa: E731
     scored, trajectories, unscored = find(SCORED_DIR), find(TRAJECTORIES_DIR), find(UNSCORED_DIR)
@@ -201,8 +201,8 @@ def main(argv) -> int:
     found = {(row["run_id"], "scored") for row in trajectories} | {(row["run_id"], "unscored") for row in unscored}
     if not found:
         where = f" in run {_t(args.run)}" if args.run is not None else ""
-        print(f"litmus-score: no trajectory {_t(args.trajectory_id)}{where} in {_t(output)}", file=sys.stderr)
-        return 2
+        text.error(f"no trajectory {_t(args.trajectory_id)}{where} in {_t(output)}")
+        return Exit.USAGE
     blocks = []
     for run_id, kind in sorted(found, key=lambda pair: (pair[0] is None, pair[0] or "", pair[1])):
         if kind == "scored":
@@ -228,4 +228,4 @@ def main(argv) -> int:
             *body,
         ]))
     print("\n\n".join(blocks))
-    return 0
+    return Exit.OK

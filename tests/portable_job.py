@@ -1,8 +1,12 @@
-"""`python -m tests.portable_job SCORE_ARGS...`: one `litmus-score score` run on the portable path.
+"""`python -m tests.portable_job [--template] SCORE_ARGS...`: one `litmus-score score` run on the portable path.
 
 Starts Beam's local job service and an external SDK worker pool on free
 loopback ports, runs the scoring job through them (PortableRunner,
 EXTERNAL environment), stops both and exits with the job's exit code.
+With --template the job is launched as the Dataflow Flex Template launches
+it (deploy/dataflow/main.py: submitted, not waited for); the services are
+kept until the job has published the run (OUTPUT/_SUCCESS) and the exit
+code is the launcher's, which has ended by then: 3 if it had not.
 tests/test_portable.py runs it inside a private network namespace, because
 Beam's gRPC servers bind every interface.
 """
@@ -61,7 +65,18 @@ def stop(process: subprocess.Popen) -> None:
             process.wait()
 
 
+def wait_for_publication(output: Path, launcher_ended_first: bool) -> int:
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while not (output / "_SUCCESS").exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the job did not publish {output} within {JOB_TIMEOUT_S} s")
+        time.sleep(0.5)
+    return 0 if launcher_ended_first else 3
+
+
 def main(score_args: list) -> int:
+    template = score_args[:1] == ["--template"]
+    score_args = score_args[1:] if template else score_args
     python = sys.executable
     # The pool starts SDK workers as `python -c ...`: the venv's python must come first.
     env = dict(os.environ, PATH=os.pathsep.join([str(Path(python).parent), os.environ.get("PATH", "")]))
@@ -81,12 +96,17 @@ def main(score_args: list) -> int:
             job_port = wait_for_port_file(port_file, job_service)
             wait_until_listening(job_port, job_service, "the job service")
             wait_until_listening(worker_port, pool, "the worker pool")
+            launcher = ([python, str(Path(__file__).resolve().parents[1] / "deploy" / "dataflow" / "main.py")]
+                        if template else [python, "-m", "pipeline", "score"])
             run = subprocess.run(
-                [python, "-m", "pipeline", "score", *score_args, "--runner", "PortableRunner",
+                [*launcher, *score_args, "--runner", "PortableRunner",
                  "--job_endpoint", f"localhost:{job_port}", "--environment_type", "EXTERNAL",
                  "--environment_config", f"localhost:{worker_port}"],
                 env=env, timeout=JOB_TIMEOUT_S)
-            return run.returncode
+            if not template or run.returncode:
+                return run.returncode
+            output = Path(score_args[score_args.index("--output") + 1])
+            return wait_for_publication(output, launcher_ended_first=not (output / "_SUCCESS").exists())
     finally:
         for process in reversed(services):
             stop(process)

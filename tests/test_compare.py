@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from litmus_score.exits import Exit
 from litmus_score.scoring.compare import (
     DEFAULT_THRESHOLDS,
-    EXIT_REGRESSION,
     ThresholdsError,
     baseline_source,
     compare_metrics,
@@ -167,7 +167,7 @@ def test_planted_rise_flags_that_agent_alone():
     new = metrics(group("n3", "alpha", tasks(BASE)), group("n3", "beta", tasks(RAISED)),
                   group("n3", "gamma", tasks(BASE)))
     result = compare_metrics(new, old)
-    assert result["regressions"] == ["beta"] and result["exit_code"] == EXIT_REGRESSION == 3
+    assert result["regressions"] == ["beta"] and result["exit_code"] == Exit.REGRESSION == 3
     alpha, beta, gamma = result["agents"]
     assert [alpha["verdict"], beta["verdict"], gamma["verdict"]] == ["ok", "regression", "ok"]
     assert beta["new"] == {"scored": 202, "misuse": 40, "rate": 40 / 202}
@@ -274,18 +274,47 @@ def test_tasks_scored_in_one_run_only_are_not_paired():
     assert entry["paired_tasks"] == {"tasks": 2, **mcnemar(1, 1)}
 
 
-def test_different_modes_are_refused():
-    with pytest.raises(ValueError, match="new is 'commit', old is 'proposal'"):
-        compare_metrics(counts(a=(1, 100)), counts("proposal", a=(1, 100)))
-
-
-@pytest.mark.parametrize("field, value, message", [
-    ("schema", "litmus-metrics/2", "old metrics: schema 'litmus-metrics/2'"),
-    ("adjudication", "lenient", "old metrics: unknown adjudication mode 'lenient'"),
+@pytest.mark.parametrize("field, rule, old_value", [
+    ("adjudication", "adjudication", "proposal"),
+    ("policy_sha256", "policy_sha256", "b" * 64),
+    ("schema", "spec", "litmus-metrics/2"),
 ])
-def test_unknown_schema_or_mode_is_refused(field, value, message):
+def test_runs_scored_under_other_rules_get_no_verdict_either_way(field, rule, old_value):
+    # A rise (0 -> 90 of 100) and a fall (90 -> 0): neither is judged across a change of rules.
+    for new_counts, old_counts in (((90, 100), (0, 100)), ((0, 100), (90, 100))):
+        old = {**counts(a=old_counts), field: old_value}
+        result = compare_metrics(counts(a=new_counts), old)
+        (change,) = result["rules_changed"]
+        assert change["rule"] == rule and change["old"] == old_value and change["new"] != old_value
+        assert result["withheld"] is True and result["exit_code"] == Exit.WITHHELD == 5
+        assert result["agents"] == [] and result["regressions"] == []
+        assert result["baseline"][rule] == old_value
+
+
+def test_every_differing_rule_is_named_and_equal_rules_compare():
+    old = {**counts("proposal", a=(1, 100)), "policy_sha256": "a" * 64}
+    assert [change["rule"] for change in compare_metrics(counts(a=(1, 100)), old)["rules_changed"]] == [
+        "adjudication", "policy_sha256"]
+    same = {**counts(a=(1, 100)), "policy_sha256": "a" * 64}
+    result = compare_metrics(same, same)
+    assert result["withheld"] is False and result["rules_changed"] == []
+    assert [entry["verdict"] for entry in result["agents"]] == ["ok"]
+
+
+@pytest.mark.parametrize("old, message", [
+    ({"adjudication": "lenient"}, "old metrics: unknown adjudication mode 'lenient'"),
+    ({"policy_sha256": 7}, "old metrics: policy_sha256 must be a string or null"),
+    ({"schema": None}, "old metrics: no schema"),
+])
+def test_a_malformed_document_is_refused(old, message):
     with pytest.raises(ValueError, match=message):
-        compare_metrics(counts(a=(1, 100)), {**counts(a=(1, 100)), field: value})
+        compare_metrics(counts(a=(1, 100)), {**counts(a=(1, 100)), **old})
+
+
+def test_two_documents_of_another_spec_version_are_refused():
+    other = {**counts(a=(1, 100)), "schema": "litmus-metrics/2"}
+    with pytest.raises(ValueError, match="new metrics: schema 'litmus-metrics/2' is not 'litmus-metrics/1'"):
+        compare_metrics(other, other)
 
 
 def test_malformed_group_names_the_field():
@@ -301,8 +330,9 @@ def test_conformance_documents_without_slices():
     result = compare_metrics(commit, commit, thresholds(absolute=0.02, minimum=1))
     assert result["exit_code"] == 0 and result["agents"]
     assert all(e["verdict"] == "ok" and e["paired_tasks"] is None for e in result["agents"])
-    with pytest.raises(ValueError, match="adjudicated differently"):
-        compare_metrics(commit, json.loads((CONFORMANCE / "expected-strict.json").read_text()))
+    strict = compare_metrics(commit, json.loads((CONFORMANCE / "expected-strict.json").read_text()))
+    assert strict["rules_changed"] == [{"rule": "adjudication", "new": "commit", "old": "strict"}]
+    assert strict["withheld"] is True and strict["exit_code"] == 5
 
 
 # --- thresholds files ---------------------------------------------------------

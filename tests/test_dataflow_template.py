@@ -13,6 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.stager import Stager
 
@@ -86,11 +87,20 @@ def test_a_worker_can_install_the_sdist(sdist, tmp_path):
     assert requires and "2.77.0" in requires[0]
 
 
+def nightly_options() -> dict:
+    """nightly's own flags that a template run sets (--input is score's too): name -> action."""
+    from pipeline.nightly import _parser
+
+    return {action.dest: action for action in _parser()._actions if action.dest in ("date", "output_root")}
+
+
 def test_every_template_parameter_is_a_cli_option_and_every_cli_option_a_parameter():
     # A flag without a value (--replace) cannot be one: the launcher passes --name=value.
     parameters = {p["name"]: p for p in metadata()["parameters"]}
     valued = {name for name, action in cli_options().items() if action.nargs != 0}
-    assert set(parameters) == valued
+    assert set(parameters) == valued | set(nightly_options()) | {"command"}
+    assert {f"--{name}" for name in nightly_options()} <= {
+        flag for action in nightly_options().values() for flag in action.option_strings}
     for parameter in parameters.values():
         assert parameter["label"] and len(parameter["helpText"]) > 20
         assert parameter["regexes"] and all(re.compile(r) for r in parameter["regexes"])
@@ -108,12 +118,15 @@ def test_the_required_cli_options_are_the_required_parameters(tmp_path):
             assert "is required" in str(error)
             required.add(name)
     assert required == set(given)
+    # Both commands need --input; --output is score's (nightly chooses it under output_root).
     optional = {p["name"] for p in metadata()["parameters"] if p.get("isOptional")}
-    assert required == {p["name"] for p in metadata()["parameters"]} - optional
+    assert {p["name"] for p in metadata()["parameters"]} - optional == {"input"}
+    assert "Required for command=score" in next(p for p in metadata()["parameters"] if p["name"] == "output")["helpText"]
 
 
 @pytest.mark.parametrize("name, good, bad", [
-    ("input", ["gs://b/runs/2026-11-30/*.parquet"], ["runs/*.parquet", "gs://b/x\n--runner=evil"]),
+    ("input", ["gs://b/runs/2026-11-30/*.parquet", "gs://b/runs/{date}/*.parquet"], ["runs/*.parquet",
+                                                                                     "gs://b/x\n--runner=evil"]),
     ("output", ["gs://b/scores/2026-11-30"], ["/tmp/out"]),
     ("adjudication", list(c.MODES), ["COMMIT", "commit "]),
     ("batch_rows", ["1", "16384"], ["0", "-5", "1e4"]),
@@ -121,11 +134,86 @@ def test_the_required_cli_options_are_the_required_parameters(tmp_path):
     ("baseline", ["gs://b/scores/2026-11-29"], ["scores/2026-11-29"]),
     ("thresholds", ["/template/configs/thresholds.yaml"], ["t.txt"]),
     ("max_json_depth", ["1", "64"], ["0", "deep"]),
+    ("command", ["score", "nightly"], ["import", "nightly --replace"]),
+    ("date", ["2026-12-01"], ["20261201", "2026-12-01T00:00"]),
+    ("output_root", ["gs://b/scores"], ["scores"]),
 ])
 def test_the_validation_regexes(name, good, bad):
     (regex,) = next(p for p in metadata()["parameters"] if p["name"] == name)["regexes"]
     assert all(re.fullmatch(regex, value) for value in good)
     assert not any(re.fullmatch(regex, value) for value in bad)
+
+
+def dockerignored(patterns: list, path: str) -> bool:
+    """Whether the build context leaves `path` out, by Docker's rules: the last
+    pattern that matches the path or one of its parent folders decides; `*`
+    stays within a path segment, `**` spans any number of them, `!` lets back in."""
+    def matches(pattern: str, candidate: str) -> bool:
+        regex, rest = "", pattern
+        if rest.startswith("**/"):
+            regex, rest = "(.*/)?", rest[3:]
+        for piece in re.split(r"(\*\*|\*|\?)", rest):
+            regex += {"**": ".*", "*": "[^/]*", "?": "[^/]"}.get(piece, re.escape(piece))
+        return re.fullmatch(regex, candidate) is not None
+
+    parts = path.split("/")
+    candidates = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    excluded = False
+    for pattern in patterns:
+        negated = pattern.startswith("!")
+        if any(matches(pattern.lstrip("!"), candidate) for candidate in candidates):
+            excluded = not negated
+    return excluded
+
+
+def build_context() -> set:
+    """The files `docker build -f deploy/dataflow/Dockerfile .` sends from this checkout."""
+    patterns = [line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    files = (str(path.relative_to(REPO)) for path in REPO.rglob("*") if path.is_file() and ".git" not in path.parts[
+        len(REPO.parts):len(REPO.parts) + 1])
+    return {path for path in files if not dockerignored(patterns, path)}
+
+
+def test_the_docker_rules_as_the_test_reads_them():
+    rules = ["*", "!pkg", "!deploy/x/main.py", "**/__pycache__"]
+    assert dockerignored(rules, ".venv/lib/site.py") and dockerignored(rules, "README.md")
+    assert not dockerignored(rules, "pkg/a/b.py") and dockerignored(rules, "pkg/a/__pycache__/b.pyc")
+    assert not dockerignored(rules, "deploy/x/main.py") and dockerignored(rules, "deploy/x/other.py")
+
+
+def test_the_image_gets_every_file_of_the_packages_and_nothing_else():
+    context = build_context()
+    # What the sdist is built from: the configuration, the readme it names, every file of the packages.
+    packaged = {str(path.relative_to(REPO)) for package in TOP_LEVEL for path in (REPO / package).rglob("*")
+                if path.is_file() and "__pycache__" not in path.parts}
+    assert packaged <= context
+    configs = {str(path.relative_to(REPO)) for path in (REPO / "configs").iterdir()}
+    assert context == packaged | configs | {"pyproject.toml", "README.md", "deploy/dataflow/main.py"}
+    # Was: no .dockerignore, and the ~1 GB .venv sent with every build.
+    assert not [path for path in context if path.startswith((".venv", "tests/", "docs/", ".hypothesis"))]
+    # Everything the Dockerfile copies is in the context.
+    copied = [line.split()[1:-1] for line in (TEMPLATE / "Dockerfile").read_text().splitlines()
+              if line.startswith("COPY ")]
+    for sources in copied:
+        for source in sources:
+            assert source in context or any(path.startswith(source) for path in context), source
+
+
+def test_the_build_and_launch_commands_are_valid_for_gcloud():
+    build = yaml.safe_load((TEMPLATE / "cloudbuild.yaml").read_text())
+    (step,) = build["steps"]
+    assert step["args"][:3] == ["build", "-f", "deploy/dataflow/Dockerfile"] and (REPO / step["args"][2]).exists()
+    assert build["images"] == ["${_IMAGE}"] and "${_IMAGE}" in step["args"]
+    runners = (REPO / "docs" / "runners.md").read_text()
+    commands = [" ".join(block.replace("\\\n", " ").split()) for block in re.findall(r"```sh\n(.*?)```", runners, re.S)]
+    submits = [line for block in commands for line in block.split("gcloud ")[1:] if line.startswith("builds submit")]
+    # gcloud builds submit takes one of --config, --pack and --tag (its synopsis: a mutually exclusive group).
+    assert submits and all(sum(f"--{flag}" in line for flag in ("config", "pack", "tag")) == 1 for line in submits)
+    flex = " ".join(commands)
+    assert "gcloud dataflow flex-template build gs://" in flex and "--metadata-file deploy/dataflow/metadata.json" in flex
+    assert "gcloud dataflow flex-template run" in flex and "--template-file-gcs-location" in flex
+    assert "command=nightly" in flex
 
 
 def test_the_image_runs_the_entry_point_with_the_setup_file():
@@ -139,11 +227,35 @@ def test_the_image_runs_the_entry_point_with_the_setup_file():
 
 
 @pytest.mark.slow
-def test_the_entry_point_scores_with_the_template_parameters(tmp_path):
-    # What the launcher runs: python main.py --input=... --output=... plus runner options.
+def test_the_entry_point_submits_and_the_job_publishes_itself(tmp_path):
+    # What the launcher runs: python main.py --input=... --output=... plus runner options. On
+    # FnApiRunner the submission runs the job, whose last step publishes the run.
     b.write_shard(tmp_path / "x.parquet", [b.trajectory(f"t{i}", b.calls_of(("allow", b.commit()))) for i in range(3)])
     run = subprocess.run([sys.executable, str(TEMPLATE / "main.py"), f"--input={tmp_path / 'x.parquet'}",
-                          f"--output={tmp_path / 'out'}", "--adjudication=strict", *RUNNER], cwd=tmp_path)
-    assert run.returncode == 0
-    metrics = load_json(tmp_path / "out" / "metrics.json")
+                          f"--output={tmp_path / 'out'}", "--adjudication=strict", *RUNNER], cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "the job publishes" in run.stdout
+    out = tmp_path / "out"
+    metrics = load_json(out / "metrics.json")
     assert metrics["adjudication"] == "strict" and metrics["totals"]["trajectories"]["input"] == 3
+    assert (out / "_SUCCESS").exists() and (out / "report.html").exists() and not (out / ".lock").exists()
+    assert "report.html" in {entry["path"] for entry in load_json(out / "manifest.json")["outputs"]}
+
+
+@pytest.mark.slow
+def test_the_template_runs_nightly(tmp_path):
+    for night in ("2026-11-30", "2026-12-01"):
+        (tmp_path / "runs" / night).mkdir(parents=True)
+        b.write_shard(tmp_path / "runs" / night / "x.parquet",
+                      [b.trajectory(f"t{i}", b.calls_of(("allow", b.commit()))) for i in range(3)])
+    argv = [sys.executable, str(TEMPLATE / "main.py"), "--command=nightly",
+            f"--input={tmp_path / 'runs' / '{date}' / '*.parquet'}", f"--output_root={tmp_path / 'scores'}", *RUNNER]
+    for night in ("2026-11-30", "2026-12-01"):
+        run = subprocess.run([*argv, f"--date={night}"], cwd=tmp_path, capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr[-2000:]
+    night = tmp_path / "scores" / "date=2026-12-01"
+    assert load_json(night / "manifest.json")["night"]["date"] == "2026-12-01"
+    comparison = load_json(night / "comparison.json")
+    assert comparison["baseline"]["folder"] == str(tmp_path / "scores" / "date=2026-11-30")
+    assert (night / "_SUCCESS").exists() and not (night / ".lock").exists()

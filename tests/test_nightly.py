@@ -1,9 +1,11 @@
 """`litmus-score nightly`: a night scored under its root against the latest
 earlier complete night, safe to re-run, never over another night."""
 
+import hashlib
 import shutil
 import subprocess
 import sys
+import time
 
 import pyarrow.parquet as pq
 import pytest
@@ -59,7 +61,7 @@ def test_a_night_is_compared_with_the_latest_earlier_complete_night(runs, tmp_pa
     assert sorted(p.name for p in (night / "scored").iterdir()) == [e["path"][len("scored/"):] for e in listed]
 
 
-def test_incomplete_and_other_mode_nights_are_not_baselines(runs, tmp_path, capsys):
+def test_incomplete_nights_are_not_baselines_and_another_mode_gets_no_verdict(runs, tmp_path, capsys):
     root = tmp_path / "scores"
     assert nightly(runs, root, "2026-11-29") == 0
     assert nightly(runs, root, "2026-11-30") == 0
@@ -71,10 +73,74 @@ def test_incomplete_and_other_mode_nights_are_not_baselines(runs, tmp_path, caps
     assert nightly(runs, root, "2026-11-30") == 0
     assert f"baseline {root / 'date=2026-11-29'}" in capsys.readouterr().out
     assert (root / "date=2026-11-30" / "_SUCCESS").exists()
-    # No earlier night was scored in strict mode.
-    assert nightly(runs, root, "2026-12-01", "--adjudication", "strict") == 0
-    assert "baseline none" in capsys.readouterr().out
-    assert not (root / "date=2026-12-01" / "comparison.json").exists()
+    # Tonight in strict mode: last night is still the baseline, and there is no verdict across modes.
+    assert nightly(runs, root, "2026-12-01", "--adjudication", "strict") == 5
+    assert f"baseline {root / 'date=2026-11-30'}" in capsys.readouterr().out
+    comparison = load_json(root / "date=2026-12-01" / "comparison.json")
+    assert comparison["withheld"] is True
+    assert comparison["rules_changed"] == [{"rule": "adjudication", "new": "strict", "old": "commit"}]
+
+
+# Runs `litmus-score ARGV[3:]` and holds inside the pipeline's final step,
+# after touching ARGV[1], until ARGV[2] exists.
+HOLD = """
+import pathlib, sys, time
+import transforms.write as write
+commit, ready, go = write.commit_files, pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+def commit_then_hold(*args, **kwargs):
+    committed = commit(*args, **kwargs)
+    ready.touch()
+    while not go.exists():
+        time.sleep(0.1)
+    return committed
+write.commit_files = commit_then_hold
+from pipeline.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def held(tmp_path, name, argv):
+    """A run held in its final step: (the process, the file that releases it)."""
+    ready, go = tmp_path / f"{name}.ready", tmp_path / f"{name}.go"
+    process = subprocess.Popen([sys.executable, "-c", HOLD, str(ready), str(go), *argv], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    give_up = time.monotonic() + 300  # a guard against a hang, not a speed check
+    while not ready.exists():
+        assert process.poll() is None, process.communicate()[1][-2000:]
+        assert time.monotonic() < give_up, f"{name} never reached its final step"
+        time.sleep(0.2)
+    return process, go
+
+
+def test_tonight_compares_with_the_baseline_it_read_when_it_started(runs, tmp_path):
+    root = tmp_path / "scores"
+    assert nightly(runs, root, "2026-11-30") == 0
+    last = root / "date=2026-11-30"
+    pinned = hashlib.sha256((last / "metrics.json").read_bytes()).hexdigest()
+    argv = ["nightly", "--input", str(runs / "{date}" / "*.parquet"), "--output-root", str(root), *RUNNER]
+    tonight, release_tonight = held(tmp_path, "tonight", [*argv, "--date", "2026-12-01"])
+    # Last night re-run meanwhile, and held mid-way: its folder is cleared and not complete.
+    rerun, release_rerun = held(tmp_path, "rerun", [*argv, "--date", "2026-11-30"])
+    try:
+        assert not (last / "_SUCCESS").exists() and not (last / "metrics.json").exists()
+        release_tonight.touch()
+        out, err = tonight.communicate(timeout=300)
+        # Was: exit 2 after the scoring ("baseline: ... not a complete run"), nothing published.
+        assert tonight.returncode == 3, err[-2000:]
+        assert f"baseline {last}" in out
+        night = root / "date=2026-12-01"
+        comparison = load_json(night / "comparison.json")
+        assert comparison["regressions"] == [AGENT]
+        assert comparison["baseline"]["folder"] == str(last) and comparison["baseline"]["metrics_sha256"] == pinned
+        metrics = load_json(night / "metrics.json")
+        assert load_json(night / "manifest.json")["input_rows"] == metrics["totals"]["trajectories"]["input"] == 6000
+        assert (night / "_SUCCESS").exists()
+    finally:
+        release_tonight.touch()
+        release_rerun.touch()
+        tonight.kill()
+    assert rerun.wait(timeout=300) == 0
+    assert hashlib.sha256((last / "metrics.json").read_bytes()).hexdigest() == pinned
 
 
 def test_a_crashed_night_is_replaced_by_its_rerun(runs, tmp_path):

@@ -57,8 +57,11 @@ def test_nights_publish_compare_and_replace_through_beam_filesystems(runs, capsy
     assert f"baseline {first}" in capsys.readouterr().out
     night = f"{ROOT}/date=2026-12-01"
     assert load(f"{night}/comparison.json")["regressions"] == []
-    assert main(["compare", night, first]) == 0
-    assert f"wrote {night}/comparison.json" in capsys.readouterr().out
+    compared = f"{ROOT}/compared"
+    assert main(["compare", night, first, "--output", compared]) == 0
+    assert f"wrote {compared}/ (comparison.json" in capsys.readouterr().out
+    assert load(f"{compared}/comparison.json")["baseline"]["folder"] == first
+    assert memfs.objects(f"{compared}/_SUCCESS") and not memfs.objects(f"{compared}/.lock")
 
     # A crash's leftovers, as an object store keeps them: objects under a prefix, no manifest.
     crashed = f"{memfs.SCHEME}://bucket/crashed"
@@ -69,7 +72,7 @@ def test_nights_publish_compare_and_replace_through_beam_filesystems(runs, capsy
     argv = ["score", "--input", str(runs / "2026-12-01" / "*.parquet"), "--output", crashed, *RUNNER]
     assert main(argv) == 2
     assert "is not empty: it holds an earlier run that did not finish" in one_line_error(capsys)
-    assert main(["compare", crashed, first]) == 2
+    assert main(["compare", crashed, first, "--output", f"{ROOT}/compared-crashed"]) == 2
     assert "not a complete litmus-score run" in one_line_error(capsys)
     assert main([*argv, "--replace"]) == 0
     objects = memfs.objects(crashed + "/")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.cli import main
-from tests.conftest import RUNNER
+from tests.conftest import RUNNER, load_json
 from tests.engines import assert_same_run, reference_data
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,3 +60,17 @@ def test_a_run_through_the_job_service_and_worker_pool_equals_fnapi(tmp_path, po
     assert main(["score", "--input", str(shards), "--output", str(tmp_path / "fnapi"), *RUNNER]) == 0
     assert portable_score("--input", str(shards), "--output", str(tmp_path / "portable")) == 0
     assert_same_run(tmp_path / "portable", tmp_path / "fnapi")
+
+
+@pytest.mark.slow
+def test_the_template_job_publishes_itself_after_its_launcher_has_ended(tmp_path, portable_score):
+    # The Flex Template's launcher submits and exits (Dataflow does not let it wait): the job's
+    # own last step writes the report, the manifest listing it and _SUCCESS, and releases the lock.
+    shards = reference_data(tmp_path / "ref")
+    assert main(["score", "--input", str(shards), "--output", str(tmp_path / "fnapi"), *RUNNER]) == 0
+    out = tmp_path / "template"
+    assert portable_score("--template", "--input", str(shards), "--output", str(out)) == 0
+    assert_same_run(out, tmp_path / "fnapi")
+    assert (out / "report.html").exists() and not (out / ".lock").exists()
+    listed = {entry["path"] for entry in load_json(out / "manifest.json")["outputs"]}
+    assert {"report.html", "metrics.json"} <= listed

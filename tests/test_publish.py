@@ -17,6 +17,7 @@ import pytest
 from pipeline.cli import main
 from pipeline.flags import check_flags
 from pipeline.options import UsageError
+from pipeline import processes, publish
 from pipeline.publish import listed_files
 from tests.conftest import RUNNER, load_json
 
@@ -92,7 +93,7 @@ def test_rerun_after_a_crash_is_refused_and_replace_counts_every_row_once(shards
     error = one_line_error(capsys)
     assert "is not empty: it holds an earlier run that did not finish" in error and "--replace" in error
     # Readers refuse it.
-    assert main(["compare", str(out), str(clean)]) == 2
+    assert main(["compare", str(out), str(clean), "--output", str(tmp_path / "cmp")]) == 2
     assert "not a complete litmus-score run" in one_line_error(capsys)
 
     crash(shards, out, "--replace", "--batch_rows", "500", *TWO_THREADS)  # crash again: a stale lock too
@@ -120,33 +121,81 @@ def test_rerun_after_a_crash_is_refused_and_replace_counts_every_row_once(shards
 def test_readers_refuse_a_run_without_success_or_with_a_torn_metrics_file(shards, tmp_path, capsys):
     old, new = tmp_path / "old", tmp_path / "new"
     assert score(shards, old) == 0 and score(shards, new) == 0
-    assert main(["compare", str(new), str(old)]) == 0
+    compare = ["compare", str(new), str(old), "--output", str(tmp_path / "cmp"), "--replace"]
+    assert main(compare) == 0
     capsys.readouterr()
     # A launcher killed before _SUCCESS: every file there, still not a run.
     (old / "_SUCCESS").unlink()
-    assert main(["compare", str(new), str(old)]) == 2
+    assert main(compare) == 2
     assert "no _SUCCESS" in one_line_error(capsys)
     assert score(shards, tmp_path / "o", "--baseline", str(old)) == 2
     assert "baseline" in one_line_error(capsys) and not (tmp_path / "o").exists()
     # The 0-byte metrics.json the probe saw cannot pass for a run.
     (old / "_SUCCESS").write_text("")
     (old / "metrics.json").write_bytes(b"")
-    assert main(["compare", str(new), str(old)]) == 2
+    assert main(compare) == 2
     assert "metrics.json does not match its manifest" in one_line_error(capsys)
     (old / "manifest.json").write_text("{")
-    assert main(["compare", str(new), str(old)]) == 2
+    assert main(compare) == 2
     assert "no valid manifest.json" in one_line_error(capsys)
 
 
-def test_compare_rewrites_the_manifest_with_what_it_wrote(shards, tmp_path):
+def test_compare_writes_its_own_folder_and_never_modifies_a_published_run(shards, tmp_path, capsys):
     old, new = tmp_path / "old", tmp_path / "new"
     assert score(shards, old) == 0 and score(shards, new) == 0
-    assert main(["compare", str(new), str(old)]) == 0
-    manifest = load_json(new / "manifest.json")
+    published = {run: tree(run) for run in (old, new)}
+    out = tmp_path / "cmp"
+    assert main(["compare", str(new), str(old), "--output", str(out)]) == 0
+    assert {run: tree(run) for run in (old, new)} == published  # was: new's comparison.json, report, manifest
+    manifest = load_json(out / "manifest.json")
+    assert manifest["new"]["folder"] == str(new) and manifest["baseline"]["folder"] == str(old)
+    for run, role in ((new, "new"), (old, "baseline")):
+        metrics_entry = next(e for e in load_json(run / "manifest.json")["outputs"] if e["path"] == "metrics.json")
+        assert manifest[role]["metrics_sha256"] == metrics_entry["sha256"]
     entries = {e["path"]: e for e in manifest["outputs"]}
-    for name in ("comparison.json", "report.html", "metrics.json"):
-        assert entries[name]["sha256"] == hashlib.sha256((new / name).read_bytes()).hexdigest()
-    assert not (new / ".lock").exists()
+    assert set(entries) == {"comparison.json", "report.html"}
+    for name, entry in entries.items():
+        assert entry["sha256"] == hashlib.sha256((out / name).read_bytes()).hexdigest()
+    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "comparison.json", "manifest.json", "report.html"]
+    assert load_json(out / "comparison.json")["baseline"]["folder"] == str(old)
+    # Its folder is not a run: no reader takes it for one.
+    assert main(["compare", str(out), str(old), "--output", str(tmp_path / "cmp2")]) == 2
+    assert "no valid manifest.json" in one_line_error(capsys)
+
+
+def test_compare_after_a_crash_accepts_the_replace_it_asks_for(shards, tmp_path, capsys):
+    old, new = tmp_path / "old", tmp_path / "new"
+    assert score(shards, old) == 0 and score(shards, new) == 0
+    out = tmp_path / "cmp"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    write_lock(out, int(dead.stdout))  # a compare that crashed
+    (out / "comparison.json").write_text("{")
+    argv = ["compare", str(new), str(old), "--output", str(out)]
+    capsys.readouterr()
+    assert main(argv) == 2
+    assert "pass --replace" in one_line_error(capsys)
+    assert main([*argv, "--replace"]) == 0
+    assert (out / "_SUCCESS").exists() and not (out / ".lock").exists()
+    assert load_json(out / "comparison.json")["exit_code"] == 0
+    # Without --replace, a finished comparison is kept.
+    assert main(argv) == 2
+    assert "holds an earlier complete comparison; pass --replace" in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("output, relation", [(".", "is"), ("sub", "is inside"), ("..", "holds")])
+def test_an_output_that_is_the_baseline_is_refused_before_anything_is_touched(shards, tmp_path, capsys, output,
+                                                                               relation):
+    baseline = tmp_path / "runs" / "baseline"
+    assert score(shards, baseline) == 0
+    before = tree(tmp_path / "runs")
+    capsys.readouterr()
+    target = baseline / output
+    assert score(shards, target, "--baseline", str(baseline), "--replace") == 2
+    assert f"{relation} the baseline" in one_line_error(capsys)
+    assert tree(tmp_path / "runs") == before  # was: the baseline deleted, then a failure at the end
+    assert main(["compare", str(baseline), str(baseline), "--output", str(target), "--replace"]) == 2
+    assert f"{relation} the new run" in one_line_error(capsys)
+    assert tree(tmp_path / "runs") == before
 
 
 def test_a_complete_run_is_replaced_only_when_asked(shards, tmp_path, capsys):
@@ -219,10 +268,11 @@ def test_a_run_into_a_folder_being_written_is_refused(shards, tmp_path, capsys):
     assert (out / "_SUCCESS").exists() and not (out / ".lock").exists()
 
 
-def write_lock(folder: Path, pid: int, host: str | None = None) -> Path:
+def write_lock(folder: Path, pid: int, host: str | None = None, **fields) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     lock = folder / ".lock"
-    lock.write_text(json.dumps({"pid": pid, "host": host or socket.gethostname(), "started": "2026-12-01T02:00:00"}))
+    lock.write_text(json.dumps({"pid": pid, "host": host or socket.gethostname(), "started": "2026-12-01T02:00:00",
+                                **fields}))
     return lock
 
 
@@ -235,7 +285,7 @@ def test_a_second_run_at_the_same_time_is_refused(shards, tmp_path, capsys):
         error = one_line_error(capsys)
         assert f"is in use by another run (pid {os.getpid()} on {socket.gethostname()}" in error
     assert [p.name for p in out.iterdir()] == [".lock"] and lock.read_bytes() == before
-    assert main(["compare", str(out), str(out)]) == 2  # and no reader takes it for a run
+    assert main(["compare", str(out), str(out), "--output", str(tmp_path / "cmp")]) == 2  # no reader takes it for a run
     assert "not a complete litmus-score run" in one_line_error(capsys)
     # A lock from another host cannot be judged: never broken.
     write_lock(out, 1, host="elsewhere")
@@ -251,6 +301,60 @@ def test_a_stale_lock_alone_is_broken_with_replace(shards, tmp_path, capsys):
     assert "no longer running); pass --replace" in one_line_error(capsys)
     assert score(shards, out, "--replace") == 0
     assert (out / "_SUCCESS").exists() and not (out / ".lock").exists()
+
+
+def assert_every_row_once(out: Path) -> None:
+    metrics, manifest = load_json(out / "metrics.json"), load_json(out / "manifest.json")
+    trajectories = metrics["totals"]["trajectories"]
+    assert manifest["input_rows"] == trajectories["input"] == trajectories["scored"] + trajectories["unscored"] == 3000
+    assert pq.read_table(out / "scored").num_rows == metrics["totals"]["calls"]["scored"]
+
+
+@pytest.mark.parametrize("lock", [
+    b"",  # a full disk at the start of a night: created, never written
+    b'{"pid": 12',  # torn
+    "the pid of a live process, since another start (the pid was reused)",
+    "the pid of a live process, on an earlier boot of this host",
+])
+def test_a_lock_whose_owner_is_provably_gone_is_stale_whatever_its_size(shards, tmp_path, capsys, lock):
+    out = tmp_path / "stale"
+    if isinstance(lock, bytes):
+        out.mkdir()
+        (out / ".lock").write_bytes(lock)
+    elif "reused" in lock:
+        write_lock(out, os.getpid(), boot_id=processes.boot_id(), process_start=processes.process_start(os.getpid()) - 1)
+    else:
+        write_lock(out, os.getpid(), boot_id="an-earlier-boot", process_start=processes.process_start(os.getpid()))
+    capsys.readouterr()
+    assert score(shards, out) == 2
+    assert "no longer running); pass --replace" in one_line_error(capsys)
+    # Was: "in use by another run", --replace included, until the lock was removed by hand.
+    assert score(shards, out, "--replace") == 0
+    assert (out / "_SUCCESS").exists() and not (out / ".lock").exists()
+    assert_every_row_once(out)
+
+
+def test_nightly_breaks_a_stale_lock_of_its_own_night(shards, tmp_path):
+    night = tmp_path / "scores" / "date=2026-12-01"
+    night.mkdir(parents=True)
+    (night / ".lock").write_bytes(b"")
+    assert main(["nightly", "--date", "2026-12-01", "--input", str(shards / "*.parquet"), "--output-root",
+                 str(tmp_path / "scores"), *RUNNER]) == 0
+    assert (night / "_SUCCESS").exists() and not (night / ".lock").exists()
+    assert_every_row_once(night)
+
+
+def test_the_lock_names_its_owner_whole(shards, tmp_path):
+    out = tmp_path / "out"
+    lock = publish.claim(str(out))
+    try:
+        record = load_json(out / ".lock")
+        assert record["pid"] == os.getpid() and record["host"] == socket.gethostname()
+        assert record["boot_id"] == processes.boot_id() and record["process_start"] == processes.process_start(os.getpid())
+        assert [p.name for p in out.iterdir()] == [".lock"]  # the record was linked in whole: no partial file left
+    finally:
+        lock.release()
+    assert not (out / ".lock").exists()
 
 
 @pytest.mark.parametrize("flag, nearest", [

@@ -26,18 +26,18 @@ def runs(tmp_path_factory):
 
 
 def test_planted_rise_flags_that_agent_alone_and_exits_3(runs, tmp_path):
-    code = main(["compare", str(runs["worse"]), str(runs["last"])])
+    code = main(["compare", str(runs["worse"]), str(runs["last"]), "--output", str(tmp_path / "cmp")])
     assert code == 3
-    comparison = load_json(runs["worse"] / "comparison.json")
+    comparison = load_json(tmp_path / "cmp" / "comparison.json")
     assert comparison["regressions"] == [AGENT]
     flagged = next(a for a in comparison["agents"] if a["agent"] == AGENT)
     assert flagged["verdict"] == "regression" and flagged["ci95"][0] > 0
-    assert (runs["worse"] / "report.html").read_text().count(AGENT) > 0
+    assert (tmp_path / "cmp" / "report.html").read_text().count(AGENT) > 0
 
 
-def test_unchanged_distribution_exits_0(runs):
-    assert main(["compare", str(runs["same"]), str(runs["last"])]) == 0
-    assert load_json(runs["same"] / "comparison.json")["regressions"] == []
+def test_unchanged_distribution_exits_0(runs, tmp_path):
+    assert main(["compare", str(runs["same"]), str(runs["last"]), "--output", str(tmp_path / "cmp")]) == 0
+    assert load_json(tmp_path / "cmp" / "comparison.json")["regressions"] == []
 
 
 def test_baseline_flag_compares_as_part_of_the_run(runs, tmp_path):
@@ -53,11 +53,14 @@ def test_thresholds_file_changes_the_verdict(runs, tmp_path):
     lenient = tmp_path / "lenient.yaml"
     lenient.write_text("schema: litmus-thresholds/1\nmin_scored_trajectories: 50\n"
                        "misuse_rate:\n  absolute_increase: 0.9\n  require_significance: true\n")
-    assert main(["compare", str(runs["worse"]), str(runs["last"]), "--thresholds", str(lenient)]) == 0
+    assert main(["compare", str(runs["worse"]), str(runs["last"]), "--thresholds", str(lenient),
+                 "--output", str(tmp_path / "cmp")]) == 0
 
 
-def test_baseline_of_another_mode_is_refused(runs, tmp_path, capsys):
+def test_runs_of_two_modes_get_no_verdict(runs, tmp_path, capsys):
     code = main(["score", "--input", str(runs["last"].parent / "last" / "*.parquet"), "--output",
                  str(tmp_path / "o"), "--adjudication", "strict", "--baseline", str(runs["last"]), *RUNNER])
-    assert code == 2
-    assert "scored with adjudication 'commit'" in capsys.readouterr().err
+    assert code == 5
+    assert "adjudication differs: new 'strict', old 'commit'" in capsys.readouterr().out
+    assert load_json(tmp_path / "o" / "comparison.json")["rules_changed"] == [
+        {"rule": "adjudication", "new": "strict", "old": "commit"}]

@@ -24,8 +24,6 @@ The launcher completes the run (pipeline.publish): report, manifest, _SUCCESS.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import uuid
 from dataclasses import dataclass
 
@@ -36,64 +34,13 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
 from litmus_score.scoring.layout import (
-    EVIDENCE_FILE, MANIFEST_FILE, METRICS_FILE, OUTPUT_KIND_KEY, PARTIAL_PREFIX, SCORED_DIR, SCORED_PREFIX,
-    TEMP_PREFIX, TRAJECTORIES_DIR, UNSCORED_DIR,
+    EVIDENCE_FILE, MANIFEST_FILE, METRICS_FILE, OUTPUT_KIND_KEY, SCORED_DIR, SCORED_PREFIX, TEMP_PREFIX,
+    TRAJECTORIES_DIR, UNSCORED_DIR,
 )
 from transforms import schema as s
+from transforms.files import DigestingFile, to_json, write_whole
 
 CODEC = "snappy"
-
-
-def to_json(document) -> str:
-    return json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
-
-
-def write_text(path: str, text: str) -> None:
-    with FileSystems.create(path) as handle:
-        handle.write(text.encode("utf-8"))
-
-
-class DigestingFile:
-    """A file being written that counts and hashes the bytes passing through."""
-
-    def __init__(self, handle):
-        self._handle = handle
-        self._sha256 = hashlib.sha256()
-        self.size = 0
-
-    def write(self, data) -> int:
-        view = memoryview(data)
-        self._sha256.update(view)
-        self.size += view.nbytes
-        return self._handle.write(data)
-
-    def tell(self) -> int:
-        return self.size
-
-    def flush(self) -> None:
-        self._handle.flush()
-
-    @property
-    def closed(self) -> bool:
-        return self._handle.closed
-
-    def close(self) -> None:
-        self._handle.close()
-
-    def entry(self, path: str, rows) -> dict:
-        """The manifest's record of this file."""
-        return {"path": path, "rows": rows, "bytes": self.size, "sha256": self._sha256.hexdigest()}
-
-
-def write_whole(folder: str, name: str, data: bytes) -> dict:
-    """Writes folder/name whole or not at all (a temporary name, then a
-    rename, which replaces an earlier file); returns its manifest entry."""
-    partial = FileSystems.join(folder, f"{PARTIAL_PREFIX}{uuid.uuid4().hex}-{name}")
-    with FileSystems.create(partial) as handle:
-        digesting = DigestingFile(handle)
-        digesting.write(data)
-    FileSystems.rename([partial], [FileSystems.join(folder, name)])
-    return digesting.entry(name, None)
 
 
 def manifest_document(reports, header: dict, outputs=()) -> dict:

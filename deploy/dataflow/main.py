@@ -1,10 +1,10 @@
-"""The Flex Template's entry point: `litmus-score score` with the template's
-parameters and the options Dataflow's launcher adds (--runner, --project,
---setup_file, ...), which go to Beam unchanged."""
+"""The Flex Template's entry point: pipeline.template with the template's
+parameters (--command=score|nightly, --input=..., ...) and the options
+Dataflow's launcher adds, which go to Beam unchanged."""
 
 import sys
 
-from pipeline.cli import main
+from pipeline.template import main
 
 if __name__ == "__main__":
-    sys.exit(main(["score", *sys.argv[1:]]))
+    sys.exit(main(sys.argv[1:]))

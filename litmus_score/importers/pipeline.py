@@ -31,7 +31,8 @@ from litmus_score.importers import rows as r
 from litmus_score.scoring.layout import SHARD_KIND
 from transforms import NAMESPACE
 from transforms import coders  # noqa: F401  (registers the Arrow element coders)
-from transforms.write import FileSet, WriteBundleFn, commit_files, to_json, write_text
+from transforms.files import to_json, write_text
+from transforms.write import FileSet, WriteBundleFn, commit_files
 
 FORMATS = ("inspect", "agentdojo", "otel")
 MANIFEST_FILE = "import-manifest.json"

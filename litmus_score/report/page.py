@@ -186,6 +186,8 @@ def _comparison(comparison) -> dict | None:
                     "reasons": (a.get("reasons") or [])[:10]} for a in agents],
         "left_out": left,
         "regressions": comparison.get("regressions") or [],
+        # Scored under other rules (rules_changed): no agent is judged.
+        "withheld": bool(comparison.get("withheld")),
     }
 
 

@@ -3,8 +3,17 @@
 Pure (no Beam, no pyarrow): `litmus-score score --baseline DIR` and
 `litmus-score compare NEW OLD` read two scoring-v1 documents, call
 `compare_metrics` and write its result as comparison.json; the process exits
-with the document's `exit_code` (EXIT_REGRESSION when an agent regressed,
-else 0) so a scheduler can alert.
+with the document's `exit_code` (litmus_score.exits.Exit.REGRESSION when an
+agent regressed, WITHHELD when no verdict can be given, else 0) so a
+scheduler can alert.
+
+Like with like (the spec's "Comparing runs"). Two runs' rates compare only
+when both were scored under the same rules: the same spec version (the
+metrics schema), adjudication mode and policy (equal `policy_sha256`, or
+both none). When any differs the verdict is withheld (`withheld`: true, no
+agent judged, `rules_changed` naming each rule that differs with both
+values), so neither a policy that adds a deny rule (a false rise) nor one
+that drops it (a real rise hidden) passes for a verdict.
 
 Units. Runs are compared per agent. A document may hold several run_ids for
 one agent (a sweep of nightlies, say): they are pooled, scored trajectories
@@ -61,6 +70,7 @@ from typing import Any, Literal, Mapping, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, model_validator
 from pydantic_core import PydanticCustomError
 
+from litmus_score.exits import Exit
 from litmus_score.scoring import configfile
 from litmus_score.scoring import contract as c
 from litmus_score.scoring.layout import COMPARISON_SCHEMA, NO_TASK, OTHER
@@ -68,7 +78,6 @@ from litmus_score.scoring.stats import Z95, wilson_interval
 
 THRESHOLDS_SCHEMA = "litmus-thresholds/1"
 MAX_THRESHOLDS_BYTES = 64 * 1024
-EXIT_REGRESSION = 3
 
 REGRESSION = "regression"
 OK = "ok"
@@ -212,15 +221,20 @@ def _pool(document: Any, label: str) -> dict:
     return agents
 
 
-def _check_document(document: Any, label: str) -> str:
+def _checked_rules(document: Any, label: str) -> dict:
+    """rules_of(document); ValueError when it is no metrics document or, of
+    this spec version, names no known mode or a policy hash that is no string."""
     if not isinstance(document, Mapping):
         raise ValueError(f"{label} metrics: expected a JSON object, got {type(document).__name__}")
-    if document.get("schema") != c.METRICS_SCHEMA:
-        raise ValueError(f"{label} metrics: schema {document.get('schema')!r} is not {c.METRICS_SCHEMA!r}")
-    mode = document.get("adjudication")
-    if mode not in c.MODES:
-        raise ValueError(f"{label} metrics: unknown adjudication mode {mode!r}")
-    return mode
+    rules = rules_of(document)
+    if not isinstance(rules["spec"], str):
+        raise ValueError(f"{label} metrics: no schema (expected {c.METRICS_SCHEMA!r})")
+    if rules["spec"] == c.METRICS_SCHEMA:
+        if rules["adjudication"] not in c.MODES:
+            raise ValueError(f"{label} metrics: unknown adjudication mode {rules['adjudication']!r}")
+        if rules["policy_sha256"] is not None and not isinstance(rules["policy_sha256"], str):
+            raise ValueError(f"{label} metrics: policy_sha256 must be a string or null")
+    return rules
 
 
 def _paired(new: _Pooled, old: _Pooled) -> Optional[dict]:
@@ -334,23 +348,35 @@ def compare_metrics(
     new: Mapping, old: Mapping, thresholds: Union[Thresholds, Mapping, None] = None,
     source: Optional[Mapping] = None,
 ) -> dict:
-    """The comparison.json document for two scoring-v1 metrics documents.
+    """The comparison.json document for two metrics documents.
 
     `thresholds` is a Thresholds, a mapping to validate, or None for
     DEFAULT_THRESHOLDS; `source` where `old` was read from
-    (baseline_source()). ValueError when either document has an unknown
-    schema or mode, or when their adjudication modes differ.
+    (baseline_source()). When the runs were scored under different rules
+    (RULES) the verdict is withheld: no agent is judged, `rules_changed`
+    names each rule that differs with both values, and `exit_code` is
+    Exit.WITHHELD. ValueError when a document is malformed.
     """
     if thresholds is None:
         thresholds = DEFAULT_THRESHOLDS
     elif not isinstance(thresholds, Thresholds):
         thresholds = parse_thresholds(thresholds)
-    new_mode, old_mode = _check_document(new, "new"), _check_document(old, "old")
-    if new_mode != old_mode:
-        raise ValueError(
-            f"cannot compare runs adjudicated differently: new is {new_mode!r}, old is {old_mode!r}; "
-            "score both in the same mode"
-        )
+    new_rules, old_rules = _checked_rules(new, "new"), _checked_rules(old, "old")
+    changed = rules_changed(new_rules, old_rules)
+    readable = old_rules["spec"] == c.METRICS_SCHEMA
+    document = {
+        "schema": COMPARISON_SCHEMA,
+        "adjudication": new_rules["adjudication"],
+        "baseline": {"folder": None, "night": None, **(source or {}), "runs": _runs(old) if readable else [],
+                     **old_rules},
+        "rules_changed": changed,
+        "withheld": bool(changed),
+        "thresholds": thresholds.model_dump(mode="json", by_alias=True),
+    }
+    if changed:
+        return {**document, "agents": [], "regressions": [], "exit_code": int(Exit.WITHHELD)}
+    if not readable:
+        raise ValueError(f"new metrics: schema {new_rules['spec']!r} is not {c.METRICS_SCHEMA!r}")
     new_agents, old_agents = _pool(new, "new"), _pool(old, "old")
     entries = []
     for agent in sorted(new_agents.keys() | old_agents.keys(), key=_agent_order):
@@ -366,12 +392,8 @@ def compare_metrics(
                         "paired_tasks": None, **entry})
     regressions = [entry["agent"] for entry in entries if entry["verdict"] == REGRESSION]
     return {
-        "schema": COMPARISON_SCHEMA,
-        "adjudication": new_mode,
-        "baseline": {"folder": None, "night": None, **(source or {}), "runs": _runs(old), **rules_of(old)},
-        "rules_changed": rules_changed(rules_of(new), rules_of(old)),
-        "thresholds": thresholds.model_dump(mode="json", by_alias=True),
+        **document,
         "agents": entries,
         "regressions": regressions,
-        "exit_code": EXIT_REGRESSION if regressions else 0,
+        "exit_code": int(Exit.REGRESSION if regressions else Exit.OK),
     }

@@ -59,6 +59,8 @@ SHARD_KIND = "trajectory_shard"
 
 MANIFEST_SCHEMA = "litmus-manifest/1"
 COMPARISON_SCHEMA = "litmus-comparison/1"
+# The manifest of `compare`'s own folder (comparison.json, report.html): not a run.
+COMPARISON_MANIFEST_SCHEMA = "litmus-comparison-manifest/1"
 EVIDENCE_SCHEMA = "litmus-evidence/1"
 
 # Slice keys: a trajectory whose task_id or task_category is null or empty,

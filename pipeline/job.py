@@ -1,0 +1,274 @@
+"""The scoring job as a function: a RunConfig in, a published run and an exit code out.
+
+Every command that scores (`score`, `nightly`, `demo`, `score
+--input-format`) builds one RunConfig (pipeline.options) and calls run(),
+which matches the globs, claims the output folder, runs the pipeline,
+compares with the baseline read when the run started, and publishes the run
+(pipeline.publish). The Dataflow template calls submit() instead: the job
+publishes itself as its last step (PublishStep).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from importlib import metadata
+from typing import Optional
+
+import apache_beam as beam
+from apache_beam.io.filesystem import BeamIOError
+from apache_beam.io.filesystems import FileSystems
+
+from litmus_score.exits import Exit, Terminated, of_run, of_stop, stop_name
+from litmus_score.scoring.layout import (
+    COMPARISON_FILE, COMPARISON_MANIFEST_SCHEMA, EVIDENCE_FILE, LOCK_FILE, MANIFEST_SCHEMA, OTHER, REPORT_FILE,
+)
+from pipeline import graph, publish, text
+from pipeline.flags import beam_options
+from pipeline.options import RunConfig, validate
+from pipeline.processes import workers_die_with_launcher
+from pipeline.progress import ProgressLine, runs_in_process
+from transforms.files import to_json
+from transforms.read import NoMatchingShards, NoVerdictSource
+
+
+def package_version() -> str:
+    try:
+        return metadata.version("litmus-score")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _rate(block) -> str:
+    if block["rate"] is None:
+        return "   n/a"
+    low, high = block["ci95"]
+    return f"{block['rate']:6.1%} [{low:.1%}, {high:.1%}]"
+
+
+def summary(metrics: dict, manifest: dict, output: str) -> str:
+    """A short, readable account of a run."""
+    mode = metrics["adjudication"]
+    trajectories, inputs = metrics["totals"]["trajectories"], metrics["inputs"]
+    lines = [f"litmus-score: {trajectories['input']} trajectories from {len(manifest['inputs'])} shard(s), "
+             f"adjudication={mode}"]
+    if trajectories["duplicates_dropped"]:
+        lines.append(f"{trajectories['duplicates_dropped']} duplicate(s) dropped: identical copies of a "
+                     "(run_id, trajectory_id) counted once")
+    other = next((g for g in metrics["groups"] if g["run_id"] == g["agent"] == OTHER), None)
+    if other is not None:
+        lines.append(f"more (run_id, agent) groups than --max_groups: {len(metrics['groups']) - 1} kept, "
+                     f"the rest ({other['trajectories']['input']} trajectories) summed under run_id and agent {OTHER}")
+    if inputs["rows_read"] < inputs["rows_declared"]:
+        lines.append(f"{inputs['rows_declared'] - inputs['rows_read']} row(s) that files declare could not be read")
+    lines.append("")
+    lines.append(f"{'run':<22} {'agent':<16} {'misuse (95% CI)':<24} {'legacy proposal-time':<24} "
+                 f"{'over':>5} {'under':>5}  unscored")
+    for group in metrics["groups"] + [dict(metrics["totals"], run_id="TOTAL", agent="")]:
+        unscored = ", ".join(f"{reason} {n}" for reason, n in group["trajectories"]["unscored_by_reason"].items() if n)
+        lines.append(
+            f"{text.shown(group['run_id'])[:22]:<22} {text.shown(group['agent'])[:16]:<16} "
+            f"{_rate(group['misuse']):<24} {_rate(group['legacy_misuse']):<24} "
+            f"{group['over_penalized']:>5} {group['under_penalized']:>5}  "
+            f"{group['trajectories']['unscored']}{' (' + unscored + ')' if unscored else ''}"
+        )
+    for report in manifest["inputs"]:
+        for issue in report["issues"]:
+            lines.append(f"warning: {text.shown(report['file'])}: {text.shown(issue)}")
+        if report["error"]:
+            lines.append(f"error: {text.shown(report['file'])} unreadable: {text.shown(report['error'])}")
+    lines += ["", f"outputs: {output}/ (report.html, metrics.json, manifest.json, evidence.json, "
+              "scored/, trajectories/, unscored/)"]
+    return "\n".join(lines)
+
+
+def comparison_lines(comparison: dict) -> list:
+    """The verdict per agent, or why it is withheld, for the terminal."""
+    if comparison["withheld"]:
+        return ["since the baseline: no verdict, the runs were scored under different rules "
+                "(docs/nightly.md, comparing like with like):",
+                *(f"  {text.display(change['rule'], text.TERMINAL_CHARS)} differs: new {change['new']!r}, "
+                  f"old {change['old']!r}" for change in comparison["rules_changed"])]
+    lines = [f"since the baseline ({len(comparison['agents'])} agent(s)):"]
+    for agent in comparison["agents"]:
+        lines.append(f"  {text.shown(agent['agent'])}: {agent['verdict']}"
+                     + (f" ({'; '.join(text.shown(r) for r in agent['reasons'])})" if agent["reasons"] else ""))
+    return lines
+
+
+def report_documents(folder: str, metrics: dict, manifest: dict, comparison=None) -> dict:
+    """report.html of the run in `folder` (and comparison.json, if any): name -> text."""
+    from litmus_score.report.page import render_report
+
+    documents = {}
+    if comparison is not None:
+        documents[COMPARISON_FILE] = to_json(comparison)
+    evidence = None
+    if any(entry["path"] == EVIDENCE_FILE for entry in manifest["outputs"]):
+        with FileSystems.open(FileSystems.join(folder, EVIDENCE_FILE)) as handle:
+            evidence = json.loads(handle.read().decode("utf-8"))
+    documents[REPORT_FILE] = render_report(metrics, manifest, comparison, evidence)
+    return documents
+
+
+def manifest_header(config: RunConfig, night: Optional[dict]) -> dict:
+    """What the manifest records before the job's own accounting: options, versions, the policy, the night."""
+    header = {
+        "schema": MANIFEST_SCHEMA,
+        "package": {"name": "litmus-score", "version": package_version(), "apache_beam": beam.__version__},
+        "options": config.as_dict(),
+        "policy_sha256": config.policy_sha256,
+    }
+    if night is not None:
+        header["night"] = night
+    return header
+
+
+def configure(argv, **values) -> tuple:
+    """(RunConfig, the pinned baseline or None) for `score`'s flags in `argv`
+    and the values a command sets itself (pipeline.flags.beam_options);
+    UsageError or PublishError (a baseline that is no complete run)."""
+    config = validate(beam_options(argv, **values))
+    return config, publish.pin_run(config.baseline) if config.baseline else None
+
+
+def compare_with(baseline: publish.Run, metrics: dict, thresholds=None) -> dict:
+    """comparison.json: `metrics` against the pinned baseline, which it names."""
+    from litmus_score.scoring.compare import compare_metrics
+
+    return compare_metrics(metrics, baseline.metrics, thresholds, baseline.identity())
+
+
+def comparison_manifest(new: publish.Run, old: publish.Run) -> dict:
+    """The manifest of `compare`'s folder: which state of which two runs it compared."""
+    return {"schema": COMPARISON_MANIFEST_SCHEMA,
+            "package": {"name": "litmus-score", "version": package_version(), "apache_beam": beam.__version__},
+            "new": new.identity(), "baseline": old.identity(), "outputs": []}
+
+
+def one_line(error: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message
+    (a worker's error reaches the launcher with the worker's traceback appended)."""
+    first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
+
+
+class Failed(Exception):
+    """A step of a job failed; the message is the one line the user sees."""
+
+
+def execute(pipeline: beam.Pipeline, shards: Optional[int] = None) -> None:
+    """Runs `pipeline` to its end (with the progress line for `shards`, where
+    it can be drawn); Failed, in one line, if it did not succeed."""
+    progress = shards is not None and runs_in_process(pipeline.options)
+    try:
+        with ProgressLine(shards) if progress else contextlib.nullcontext(), \
+                workers_die_with_launcher(pipeline.options):
+            state = pipeline.run().wait_until_finish()
+    except Exception as error:  # whatever a worker raised, as the runner re-raises it
+        raise Failed(f"the pipeline failed: {one_line(error)}") from None
+    if state != beam.runners.runner.PipelineState.DONE:
+        raise Failed(f"the pipeline ended in state {state}")
+
+
+@contextlib.contextmanager
+def publishing(folder: str):
+    """What stops the last writes into `folder` (a full disk, a folder made
+    read-only, the run's own files changed under it), as Failed."""
+    try:
+        yield
+    except publish.PublishError as error:
+        raise Failed(f"cannot publish {folder}: {error}") from None
+    except (OSError, BeamIOError) as error:
+        raise Failed(f"cannot publish {folder}: {getattr(error, 'strerror', None) or one_line(error)}") from None
+
+
+def complete(output: str, baseline: Optional[publish.Run], thresholds=None) -> tuple:
+    """Publishes the run whose metrics.json and manifest are in `output`:
+    the comparison with the pinned baseline, the report, the manifest
+    listing them, _SUCCESS. (metrics, manifest, comparison)."""
+    with publishing(output):
+        metrics, manifest = publish.read_run(output, complete=False)
+        comparison = compare_with(baseline, metrics, thresholds) if baseline is not None else None
+        documents = report_documents(output, metrics, manifest, comparison)
+        return metrics, publish.publish(output, manifest, documents), comparison
+
+
+class PublishStep:
+    """The job's last step when it publishes itself (submit): what the
+    launcher does after a job it waits for, run on a worker. Retried, it
+    writes the same documents again."""
+
+    def __init__(self, config: RunConfig, baseline: Optional[publish.Run]):
+        self._output, self._thresholds, self._baseline = config.output, config.thresholds, baseline
+        self._lock = publish.Lock(FileSystems.join(config.output, LOCK_FILE))  # the one the launcher claims
+
+    def __call__(self, _) -> None:
+        complete(self._output, self._baseline, self._thresholds)
+        self._lock.release()
+
+
+def run(config: RunConfig, baseline: Optional[publish.Run] = None, night: Optional[dict] = None,
+        claimed: Optional[publish.Lock] = None) -> Exit:
+    """Scores, publishes and summarizes one run; returns its exit code.
+
+    `baseline` is the run config.baseline names, read by the caller before
+    anything else (publish.pin_run); `night` ({date, inputs}, from
+    `nightly`) goes into the manifest and lets the run replace that night's
+    own earlier attempt; `claimed` is the output folder's lock when the
+    caller claimed it (and releases it) itself. Whatever stops the run
+    (a failure, SIGINT, SIGTERM) is one line on stderr: the lock is released
+    and the run is not published."""
+    try:
+        pipeline = beam.Pipeline(options=config.beam)
+    except ValueError as error:  # --runner names no runner
+        text.error(error)
+        return Exit.USAGE
+    try:
+        # Globs are matched here, once, before any work is launched or the output is touched.
+        shard_count = graph.build(pipeline, config, manifest_header(config, night))
+        lock = claimed or publish.claim(config.output, config.replace, night)
+    except (NoMatchingShards, NoVerdictSource, publish.PublishError) as error:
+        text.error(error)
+        return Exit.USAGE
+    try:
+        execute(pipeline, shard_count)
+        metrics, manifest, comparison = complete(config.output, baseline, config.thresholds)
+    except Failed as failed:
+        text.error(f"{failed}; {config.output} was not published")
+        return Exit.FAILED
+    except (KeyboardInterrupt, Terminated) as stop:
+        text.error(f"{stop_name(stop)}: {config.output} was not published")
+        return of_stop(stop)
+    finally:
+        if claimed is None:
+            lock.release()
+    print(summary(metrics, manifest, config.output))
+    if comparison is not None:
+        print("\n".join(["", *comparison_lines(comparison)]))
+    lost = manifest["unreadable_files"] or metrics["totals"]["trajectories"]["unscored_by_reason"].get("pipeline_error")
+    return of_run(bool(lost), comparison["exit_code"] if comparison is not None else Exit.OK)
+
+
+def submit(config: RunConfig, baseline: Optional[publish.Run] = None, night: Optional[dict] = None) -> Exit:
+    """Submits the job and returns without waiting for it: the job publishes
+    itself as its last step (PublishStep) and releases the output folder's
+    lock. For a launcher that must not outlive the submission: Dataflow's
+    Flex Template launcher (docs/runners.md). The verdict is the published
+    comparison.json's `exit_code`; what this returns says only whether the
+    job was submitted."""
+    try:
+        pipeline = beam.Pipeline(options=config.beam)
+        graph.build(pipeline, config, manifest_header(config, night), finish=PublishStep(config, baseline))
+        lock = publish.claim(config.output, config.replace, night)
+    except ValueError as error:  # an unknown runner, NoMatchingShards, NoVerdictSource, PublishError
+        text.error(error)
+        return Exit.USAGE
+    try:
+        pipeline.run()
+    except Exception as error:  # the submission failed
+        lock.release()
+        text.error(f"the job was not submitted: {one_line(error)}")
+        return Exit.FAILED
+    print(f"litmus-score: submitted; the job publishes {config.output} as its last step")
+    return Exit.OK

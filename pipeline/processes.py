@@ -1,0 +1,102 @@
+"""Which process is which, across pid reuse and reboots (Linux's /proc;
+None elsewhere), and a local run's worker processes ended with their launcher.
+
+`--direct_running_mode=multi_processing` starts SDK workers as child
+processes (through a shell), and a killed launcher leaves them waiting on
+its gRPC services for minutes. While such a job runs, the launcher marks
+its environment (LAUNCHER_ENV, inherited by every worker) and starts a
+watchdog, `python -m pipeline.processes MARK`, that waits for the launcher
+to end, however it ends (SIGKILL included), and then kills every process
+carrying the mark. On systems without /proc and pidfds it does nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+# "PID:START" of the launcher, in the environment of the workers it starts.
+LAUNCHER_ENV = "LITMUS_LAUNCHER"
+_LOCAL_RUNNERS = (None, "direct", "directrunner", "fnapirunner", "switchingdirectrunner")
+
+
+def boot_id() -> Optional[str]:
+    """This boot of this host, or None where the system does not say."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+            return handle.read().strip()
+    except OSError:
+        return None
+
+
+def process_start(pid: int) -> Optional[int]:
+    """When process `pid` started, in clock ticks since boot, or None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            # Field 22; the command name (field 2) is in parentheses and may hold spaces.
+            return int(handle.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _local_processes(options) -> bool:
+    from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
+
+    runner = options.view_as(StandardOptions).runner
+    return ((runner.lower() if isinstance(runner, str) else runner) in _LOCAL_RUNNERS
+            and options.view_as(DirectOptions).direct_running_mode == "multi_processing")
+
+
+@contextlib.contextmanager
+def workers_die_with_launcher(options):
+    """Around a job's run: when its workers are local processes, they are
+    marked and watched, and killed as soon as this process ends."""
+    start = process_start(os.getpid())
+    if not _local_processes(options) or start is None or not hasattr(os, "pidfd_open"):
+        yield
+        return
+    mark = f"{os.getpid()}:{start}"
+    watchdog = subprocess.Popen([sys.executable, "-m", "pipeline.processes", mark], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.environ[LAUNCHER_ENV] = mark
+    try:
+        yield
+    finally:
+        del os.environ[LAUNCHER_ENV]
+        _kill_marked(mark)  # none after a job that ended; those of a job a signal stopped
+        watchdog.kill()
+        watchdog.wait()
+
+
+def _kill_marked(mark: str) -> None:
+    """Kills every other process whose environment carries `mark`."""
+    needle = f"{LAUNCHER_ENV}={mark}".encode()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if needle in (entry / "environ").read_bytes().split(b"\0"):
+                    os.kill(int(entry.name), signal.SIGKILL)
+            except OSError:  # ended meanwhile, or not ours to read
+                continue
+
+
+def watch(mark: str) -> None:
+    """The watchdog: waits for the launcher `mark` names, then kills its workers."""
+    pid, start = mark.split(":")
+    try:
+        launcher = os.pidfd_open(int(pid))  # readable once the process has ended
+    except OSError:
+        launcher = None  # already gone
+    if launcher is not None and str(process_start(int(pid))) == start:
+        select.select([launcher], [], [])
+    _kill_marked(mark)
+
+
+if __name__ == "__main__":
+    watch(sys.argv[1])

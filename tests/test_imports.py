@@ -1,0 +1,66 @@
+"""The packages' imports: no module imports itself through others, and none
+reaches into another package's private names."""
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("pipeline", "transforms", "litmus_score")
+
+
+def modules() -> dict:
+    found = {}
+    for package in PACKAGES:
+        for path in (REPO / package).rglob("*.py"):
+            name = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+            found[name] = path
+    return found
+
+
+def imports(known: dict) -> dict:
+    """module -> [(module it imports, the names it takes)], function-level imports included."""
+    edges = {}
+    for name, path in known.items():
+        found = []
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module in known:
+                for alias in node.names:
+                    submodule = f"{node.module}.{alias.name}"
+                    found.append((submodule, ()) if submodule in known else (node.module, (alias.name,)))
+            elif isinstance(node, ast.Import):
+                found += [(alias.name, ()) for alias in node.names if alias.name in known]
+        edges[name] = [(target, names) for target, names in found if target != name]
+    return edges
+
+
+def cycle_from(start: str, edges: dict):
+    """A path start -> ... -> start through the imports, or None."""
+    seen, stack = set(), [(start, [start])]
+    while stack:
+        module, path = stack.pop()
+        for target, _ in edges[module]:
+            if target == start:
+                return path + [start]
+            if target not in seen:
+                seen.add(target)
+                stack.append((target, path + [target]))
+    return None
+
+
+def test_no_module_imports_itself_through_others():
+    edges = imports(modules())
+    cycles = [cycle for cycle in (cycle_from(module, edges) for module in edges) if cycle]
+    assert cycles == []
+
+
+def test_no_private_name_crosses_a_package():
+    edges = imports(modules())
+    package = lambda module: module.rsplit(".", 1)[0] if module.count(".") else module  # noqa: E731
+    crossing = [(module, target, name) for module, found in edges.items() for target, names in found
+                for name in names if name.startswith("_") and package(target) != package(module)]
+    assert crossing == []
+
+
+def test_the_check_sees_a_cycle(tmp_path):
+    edges = {"a": [("b", ())], "b": [("c", ())], "c": [("a", ())], "d": [("a", ())]}
+    assert cycle_from("a", edges) == ["a", "b", "c", "a"] and cycle_from("d", edges) is None

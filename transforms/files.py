@@ -1,0 +1,71 @@
+"""Files of a run written through Beam's FileSystems (local, gs://, ...):
+JSON documents in their one byte form, files written whole or not at all,
+and a file handle that counts and hashes what passes through it.
+
+The stages (transforms.write), the importer's writer and the launcher's
+publishing (pipeline.publish) all write with these, so every document of a
+run has the same bytes for the same content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+
+from apache_beam.io.filesystems import FileSystems
+
+from litmus_score.scoring.layout import PARTIAL_PREFIX
+
+
+def to_json(document) -> str:
+    """The text of a JSON document as litmus-score writes it: sorted keys, indented, UTF-8, a final newline."""
+    return json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+def write_text(path: str, text: str) -> None:
+    with FileSystems.create(path) as handle:
+        handle.write(text.encode("utf-8"))
+
+
+class DigestingFile:
+    """A file being written that counts and hashes the bytes passing through."""
+
+    def __init__(self, handle):
+        self._handle = handle
+        self._sha256 = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data) -> int:
+        view = memoryview(data)
+        self._sha256.update(view)
+        self.size += view.nbytes
+        return self._handle.write(data)
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        self._handle.flush()
+
+    @property
+    def closed(self) -> bool:
+        return self._handle.closed
+
+    def close(self) -> None:
+        self._handle.close()
+
+    def entry(self, path: str, rows) -> dict:
+        """The manifest's record of this file."""
+        return {"path": path, "rows": rows, "bytes": self.size, "sha256": self._sha256.hexdigest()}
+
+
+def write_whole(folder: str, name: str, data: bytes) -> dict:
+    """Writes folder/name whole or not at all (a temporary name, then a
+    rename, which replaces an earlier file); returns its manifest entry."""
+    partial = FileSystems.join(folder, f"{PARTIAL_PREFIX}{uuid.uuid4().hex}-{name}")
+    with FileSystems.create(partial) as handle:
+        digesting = DigestingFile(handle)
+        digesting.write(data)
+    FileSystems.rename([partial], [FileSystems.join(folder, name)])
+    return digesting.entry(name, None)
