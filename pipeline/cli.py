@@ -272,11 +272,11 @@ def main(argv=None) -> int:
             return int(of_stop(stop))
 
 
-def entry_point() -> None:
-    """`litmus-score` and `python -m pipeline`: main(), and after a signal an
-    immediate exit, so that the stopped pipeline's worker threads cannot keep
-    the process alive."""
-    code = main()
+def entry_point(argv=None) -> None:
+    """`litmus-score`, `python -m pipeline` and the deploy/ entry points: main(),
+    and after a signal an immediate exit, so that the stopped pipeline's worker
+    threads cannot keep the process alive."""
+    code = main(argv)
     if code in (Exit.INTERRUPTED, Exit.TERMINATED):
         sys.stdout.flush()
         sys.stderr.flush()

@@ -115,6 +115,7 @@ def test_one_param_names_the_environment(module_of, environment, expected):
 
 
 @pytest.mark.parametrize("code, raised", [(3, AirflowFailException), (4, AirflowFailException),
+                                          (5, AirflowFailException),
                                           (1, AirflowException), (2, AirflowException)])
 def test_verdict_exits_fail_at_once_and_other_failures_retry(dag, monkeypatch, code, raised):
     def failing(self, context):
@@ -223,10 +224,11 @@ def test_the_sensor_says_whether_the_night_is_late_or_could_not_be_looked_for(da
 @pytest.mark.parametrize("error, expected", [
     ("Apache Beam process failed with return code 3", "ALERT: an agent's misuse rate regressed"),
     ("Apache Beam process failed with return code 4", "not scored in full"),
+    ("Apache Beam process failed with return code 5", "no regression verdict: the baseline night was scored under"),
     ("Apache Beam process failed with return code 1", "the scoring job failed (exit code 1)"),
     (None, "the scoring job failed (exit code None)"),
 ])
-def test_the_failure_callback_names_exit_codes_3_and_4(dag, module_of, error, expected):
+def test_the_failure_callback_names_the_verdict_exits(dag, module_of, error, expected):
     context = {"exception": error and RuntimeError(error), "task": dag.get_task("score_night"),
                "params": {"night": None}, "data_interval_start": pendulum.datetime(2026, 11, 30, 2, 30, tz="UTC")}
     message = module_of["failure_message"](context)

@@ -29,3 +29,12 @@ def test_lost_input_takes_precedence_over_any_verdict():
     for verdict in (Exit.OK, Exit.REGRESSION, Exit.WITHHELD):
         assert of_run(True, verdict) == Exit.INCOMPLETE_INPUT
         assert of_run(False, verdict) == verdict
+
+
+def test_the_airflow_dag_spells_the_verdict_exits_as_they_are():
+    # The DAG runs where litmus-score need not be installed: it spells the codes itself.
+    source = (REPO / "deploy" / "airflow" / "litmus_nightly.py").read_text(encoding="utf-8")
+    names, codes = re.search(r"^(EXIT_\w+(?:, EXIT_\w+)*) = ([\d, ]+)$", source, re.MULTILINE).groups()
+    spelled = dict(zip((n.removeprefix("EXIT_") for n in names.split(", ")), map(int, codes.split(", "))))
+    assert spelled == {"REGRESSION": Exit.REGRESSION, "INCOMPLETE_INPUT": Exit.INCOMPLETE_INPUT,
+                       "WITHHELD": Exit.WITHHELD}

@@ -36,9 +36,11 @@ so the DAG is deployed as shipped; a run triggered by hand may set any
 param too.
 
 Outcomes. A transient failure of the scoring job (exit 1, 2, a lost worker)
-is retried twice, 10 minutes apart. Exits 3 and 4 are verdicts and fail at
+is retried twice, 10 minutes apart. Exits 3, 4 and 5 are verdicts and fail at
 once, never retried: 3 is the misuse-regression alert, 4 a night that could
-not be scored in full (the manifest names the shards). Every final failure
+not be scored in full (the manifest names the shards), 5 a night whose
+baseline was scored under other rules, so no verdict was given (the night
+after it compares like with like again). Every final failure
 goes through the failure callback, which says which one it was, in the log
 and, if the Airflow Variable `litmus_alert_to` holds addresses, by e-mail
 through the SMTP connection.
@@ -60,11 +62,14 @@ from airflow.sdk import DAG, CronDataIntervalTimetable, Param
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
 JOB_FILE = str(Path(__file__).with_name("litmus_nightly_job.py"))
-# litmus-score's exit codes (pipeline/cli.py).
-EXIT_REGRESSION, EXIT_INCOMPLETE_INPUT = 3, 4
+# litmus-score's verdict exits (litmus_score/exits.py; the DAG runs where litmus-score
+# need not be installed, so they are spelled here, and tests/test_exits.py holds them equal).
+EXIT_REGRESSION, EXIT_INCOMPLETE_INPUT, EXIT_WITHHELD = 3, 4, 5
 VERDICTS = {
     EXIT_REGRESSION: "ALERT: an agent's misuse rate regressed against the baseline",
     EXIT_INCOMPLETE_INPUT: "the night was not scored in full (unreadable shards or pipeline_error rows)",
+    EXIT_WITHHELD: "no regression verdict: the baseline night was scored under other rules "
+                   "(policy, adjudication mode or spec version; comparison.json names both)",
 }
 WAIT_EVERY, WAIT_AT_MOST = timedelta(minutes=5), timedelta(hours=4)
 RETRIES, RETRY_DELAY = 2, timedelta(minutes=10)
@@ -138,7 +143,7 @@ def job_environment(environment: str) -> tuple:
 
 class LitmusScoreOperator(BeamRunPythonPipelineOperator):
     """The Beam provider's operator, run in the environment named by `environment` (templated);
-    litmus-score's verdict exits (3, 4) fail the task without a retry."""
+    litmus-score's verdict exits (3, 4, 5) fail the task without a retry."""
 
     template_fields = (*BeamRunPythonPipelineOperator.template_fields, "environment")
 

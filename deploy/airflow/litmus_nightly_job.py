@@ -8,6 +8,6 @@ docs/runners.md, "Nightly on Airflow".
 
 import sys
 
-from pipeline.cli import main
+from pipeline.cli import entry_point
 
-sys.exit(main(["nightly", *sys.argv[1:]]))
+entry_point(["nightly", *sys.argv[1:]])
