@@ -85,10 +85,11 @@ def summary(metrics: dict, manifest: dict, output: str) -> str:
 def comparison_lines(comparison: dict) -> list:
     """The verdict per agent, or why it is withheld, for the terminal."""
     if comparison["withheld"]:
-        return ["since the baseline: no verdict, the runs were scored under different rules "
-                "(docs/nightly.md, comparing like with like):",
+        return ["since the baseline: no verdict (docs/nightly.md, comparing like with like):",
                 *(f"  {text.display(change['rule'], text.TERMINAL_CHARS)} differs: new {change['new']!r}, "
-                  f"old {change['old']!r}" for change in comparison["rules_changed"])]
+                  f"old {change['old']!r}" for change in comparison["rules_changed"]),
+                *(f"  the {run} run folded groups beyond --max_groups into (other): an agent's rate there "
+                  "is not its own" for run in comparison.get("groups_folded") or [])]
     lines = [f"since the baseline ({len(comparison['agents'])} agent(s)):"]
     for agent in comparison["agents"]:
         lines.append(f"  {text.shown(agent['agent'])}: {agent['verdict']}"

@@ -291,6 +291,21 @@ def test_runs_scored_under_other_rules_get_no_verdict_either_way(field, rule, ol
         assert result["baseline"][rule] == old_value
 
 
+@pytest.mark.parametrize("folded_run", ["new", "old"])
+def test_a_run_that_folded_groups_into_other_gets_no_verdict(folded_run):
+    # Past --max_groups, an agent's groups may sit in (other), pooled with other agents': its rate is not its own.
+    plain = counts(a=(0, 100))
+    folded = metrics(group("run", "a", misuse=90, scored=100), group("(other)", "(other)", misuse=5, scored=100))
+    new, old = (folded, plain) if folded_run == "new" else (plain, folded)
+    result = compare_metrics(new, old)
+    assert result["groups_folded"] == [folded_run] and result["rules_changed"] == []
+    assert result["withheld"] is True and result["exit_code"] == Exit.WITHHELD
+    assert result["agents"] == [] and result["regressions"] == []
+    # A group named (other) in one field only is an ordinary group.
+    named = metrics(group("(other)", "a", misuse=0, scored=100))
+    assert compare_metrics(named, plain)["withheld"] is False
+
+
 def test_every_differing_rule_is_named_and_equal_rules_compare():
     old = {**counts("proposal", a=(1, 100)), "policy_sha256": "a" * 64}
     assert [change["rule"] for change in compare_metrics(counts(a=(1, 100)), old)["rules_changed"]] == [

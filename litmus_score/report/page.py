@@ -188,6 +188,7 @@ def _comparison(comparison) -> dict | None:
         "regressions": comparison.get("regressions") or [],
         # Scored under other rules (rules_changed): no agent is judged.
         "withheld": bool(comparison.get("withheld")),
+        "groups_folded": [run for run in comparison.get("groups_folded") or [] if run in ("new", "old")],
     }
 
 

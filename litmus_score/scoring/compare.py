@@ -13,7 +13,10 @@ metrics schema), adjudication mode and policy (equal `policy_sha256`, or
 both none). When any differs the verdict is withheld (`withheld`: true, no
 agent judged, `rules_changed` naming each rule that differs with both
 values), so neither a policy that adds a deny rule (a false rise) nor one
-that drops it (a real rise hidden) passes for a verdict.
+that drops it (a real rise hidden) passes for a verdict. It is withheld too
+when either run folded groups beyond `--max_groups` into the `(other)`
+group (`groups_folded` names which): an agent's groups there are pooled
+with other agents', so its rate is not its own.
 
 Units. Runs are compared per agent. A document may hold several run_ids for
 one agent (a sweep of nightlies, say): they are pooled, scored trajectories
@@ -335,6 +338,12 @@ def baseline_source(folder: str, manifest: Mapping) -> dict:
     return {"folder": folder, "night": night.get("date") if isinstance(night, Mapping) else None}
 
 
+def _folded(document: Mapping) -> bool:
+    """Whether a metrics document summed groups beyond --max_groups into the (other) group."""
+    return any(isinstance(group, Mapping) and group.get("run_id") == OTHER and group.get("agent") == OTHER
+               for group in document.get("groups") or [])
+
+
 def _runs(document: Mapping) -> list:
     return sorted({group.get("run_id") for group in document["groups"]}, key=lambda run: (run is not None, run or ""))
 
@@ -353,8 +362,9 @@ def compare_metrics(
     `thresholds` is a Thresholds, a mapping to validate, or None for
     DEFAULT_THRESHOLDS; `source` where `old` was read from
     (baseline_source()). When the runs were scored under different rules
-    (RULES) the verdict is withheld: no agent is judged, `rules_changed`
-    names each rule that differs with both values, and `exit_code` is
+    (RULES), or either folded groups into (other), the verdict is withheld:
+    no agent is judged, `rules_changed` names each rule that differs with
+    both values, `groups_folded` each run that folded, and `exit_code` is
     Exit.WITHHELD. ValueError when a document is malformed.
     """
     if thresholds is None:
@@ -364,16 +374,18 @@ def compare_metrics(
     new_rules, old_rules = _checked_rules(new, "new"), _checked_rules(old, "old")
     changed = rules_changed(new_rules, old_rules)
     readable = old_rules["spec"] == c.METRICS_SCHEMA
+    folded = [label for label, metrics in (("new", new), ("old", old)) if readable and _folded(metrics)]
     document = {
         "schema": COMPARISON_SCHEMA,
         "adjudication": new_rules["adjudication"],
         "baseline": {"folder": None, "night": None, **(source or {}), "runs": _runs(old) if readable else [],
                      **old_rules},
         "rules_changed": changed,
-        "withheld": bool(changed),
+        "groups_folded": folded,
+        "withheld": bool(changed or folded),
         "thresholds": thresholds.model_dump(mode="json", by_alias=True),
     }
-    if changed:
+    if changed or folded:
         return {**document, "agents": [], "regressions": [], "exit_code": int(Exit.WITHHELD)}
     if not readable:
         raise ValueError(f"new metrics: schema {new_rules['spec']!r} is not {c.METRICS_SCHEMA!r}")
