@@ -15,7 +15,7 @@ import json
 import tempfile
 
 from litmus_score.exits import Exit
-from pipeline import text
+from litmus_score import text
 from litmus_score.scoring.validity import CHANGED, HELD, TOO_FEW_CALLS, VERDICT_TOLERANCE, audit_rows
 
 HEADER = ("tool", "calls", "unfaithful", "no verdict", "verdict diff", "args diff", "principal diff",

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from litmus_score.exits import Exit, Terminated, of_stop, stop_name
-from pipeline import text
+from litmus_score import text
 
 DEMO_MARKER = ".litmus-demo"
 DEMO_OUTPUT = "litmus-demo"
@@ -190,7 +190,7 @@ def show(argv) -> Exit:
 
 
 def trend(argv) -> Exit:
-    from litmus_score.report.trend import main as run_trend
+    from pipeline.trend import main as run_trend
 
     return run_trend(argv)
 

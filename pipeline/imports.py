@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Optional
 from litmus_score.exits import Exit
 from litmus_score.importers.pipeline import FORMATS, MANIFEST_FILE, TRAJECTORIES_DIR, UNMAPPED_DIR
 from litmus_score.scoring.layout import LOCK_FILE
-from pipeline import text
+from litmus_score import text
 from pipeline.options import UsageError, folder_name
 from pipeline.publish import FolderKind
 

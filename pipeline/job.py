@@ -23,7 +23,8 @@ from litmus_score.exits import Exit, Terminated, of_run, of_stop, stop_name
 from litmus_score.scoring.layout import (
     COMPARISON_FILE, COMPARISON_MANIFEST_SCHEMA, EVIDENCE_FILE, LOCK_FILE, MANIFEST_SCHEMA, OTHER, REPORT_FILE,
 )
-from pipeline import graph, publish, text
+from litmus_score import text
+from pipeline import graph, publish
 from pipeline.flags import beam_options
 from pipeline.options import RunConfig, validate
 from pipeline.processes import workers_die_with_launcher

@@ -20,7 +20,7 @@ from typing import Optional
 
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline import text
+from litmus_score import text
 from pipeline.flags import beam_options, check_flags
 from pipeline.options import UsageError, folder_name, validate
 from pipeline.publish import PublishError, Run, completed_subfolders, pin_run
@@ -128,6 +128,6 @@ def main(argv) -> Exit:
 
 def after_publishing(root: str) -> None:
     """What follows a night published under `root`: the history of nights is refreshed."""
-    from litmus_score.report.trend import refresh
+    from pipeline.trend import refresh
 
     refresh(root)

@@ -3,7 +3,7 @@
 Reads only the run's outputs (scored/, trajectories/, unscored/ and
 evidence.json), through Beam's FileSystems, so a run on any filesystem Beam
 reads can be inspected. Every string from the data is escaped for the
-terminal (pipeline.text). A trajectory the report shows as evidence gets a
+terminal (litmus_score.text). A trajectory the report shows as evidence gets a
 link to its row there (report.html#ID, which opens its folded section).
 """
 
@@ -13,7 +13,7 @@ import argparse
 import json
 
 from litmus_score.exits import Exit
-from pipeline import text
+from litmus_score import text
 from litmus_score.scoring import contract as c
 from litmus_score.scoring.layout import EVIDENCE_FILE, REPORT_FILE, SCORED_DIR, TRAJECTORIES_DIR, UNSCORED_DIR
 

@@ -13,7 +13,7 @@ goes to Beam unchanged.
 from __future__ import annotations
 
 from litmus_score.exits import Exit
-from pipeline import text
+from litmus_score import text
 
 COMMANDS = ("score", "nightly")
 

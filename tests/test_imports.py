@@ -1,5 +1,5 @@
-"""The packages' imports: no module imports itself through others, and none
-reaches into another package's private names."""
+"""The packages' imports: no module imports itself through others, none
+reaches into another package's private names, and no layer imports one above it."""
 
 import ast
 from pathlib import Path
@@ -64,3 +64,41 @@ def test_no_private_name_crosses_a_package():
 def test_the_check_sees_a_cycle(tmp_path):
     edges = {"a": [("b", ())], "b": [("c", ())], "c": [("a", ())], "d": [("a", ())]}
     assert cycle_from("a", edges) == ["a", "b", "c", "a"] and cycle_from("d", edges) is None
+
+
+# From the bottom up: a module may import its own layer and those below it, never one above.
+# The rules (and the two small modules beside them) import neither Beam nor pyarrow.
+LAYERS = (
+    ("litmus_score.scoring", "litmus_score.exits", "litmus_score.text"),
+    ("transforms", "litmus_score.report"),
+    ("litmus_score.importers", "litmus_score.synthetic"),
+    ("litmus_score.inspect_scorer",),
+    ("pipeline",),
+)
+
+
+def layer_of(module: str) -> int:
+    for index, units in enumerate(LAYERS):
+        if any(module == unit or module.startswith(unit + ".") for unit in units):
+            return index
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS")
+
+
+def test_no_import_from_a_lower_layer_upward():
+    edges = imports(modules())
+    upward = [(module, target) for module, found in edges.items() for target, _ in found
+              if module != "litmus_score" and layer_of(target) > layer_of(module)]
+    assert upward == []
+
+
+def test_the_rules_import_neither_beam_nor_pyarrow():
+    heavy = ("apache_beam", "pyarrow", "numpy")
+    found = []
+    rules = {name: path for name, path in modules().items() if name != "litmus_score" and layer_of(name) == 0}
+    assert "litmus_score.scoring.rules" in rules
+    for name, path in rules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            found += [(name, imported) for imported in names if imported.split(".")[0] in heavy]
+    assert found == []

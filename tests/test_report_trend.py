@@ -13,6 +13,7 @@ import pytest
 
 from litmus_score import synthetic
 from litmus_score.report import trend
+from pipeline.trend import read_nights
 from litmus_score.report.page import COMMIT_COLOR, LEGACY_COLOR
 from litmus_score.report.trend_page import (
     ALERT_COLOR, CHANGE_COLOR, HEIGHT, LEFT, RIGHT, TOP, BOTTOM, WIDTH, render_trend,
@@ -149,7 +150,7 @@ def test_only_complete_nights_are_read_through_their_manifests(nights, tmp_path,
     # A night folder holding another night's results is not that night.
     manifest = root / "date=2026-12-10" / "manifest.json"
     manifest.write_text(manifest.read_text().replace('"date": "2026-12-10"', '"date": "2026-12-09"'))
-    nights_read, skipped = trend.read_nights(str(root))
+    nights_read, skipped = read_nights(str(root))
     assert "date=2026-12-10" in [left["folder"] for left in skipped]
     assert "holds the night '2026-12-09', not 2026-12-10" in " ".join(left["reason"] for left in skipped)
 

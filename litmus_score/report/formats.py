@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from markupsafe import Markup, escape
 
-from pipeline import text
+from litmus_score import text
 
 NAME_CHARS = 80  # names: agents, runs, tools, tasks, reasons
 
