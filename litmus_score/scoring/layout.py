@@ -38,7 +38,6 @@ DUPLICATE = "duplicate"
 INCOMPLETE = "incomplete"
 UNRESOLVED = "unresolved"
 FAILED = "failed"
-UNSCORED_STAGES = (DUPLICATE, INCOMPLETE, UNRESOLVED, FAILED)
 # `score --input-format` imports the logs into this folder of the run first.
 IMPORTED_DIR = "imported"
 # Bundles write here before the finishing step moves their files into place.

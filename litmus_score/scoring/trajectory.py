@@ -232,23 +232,13 @@ def score_trajectory(row: Mapping, mode: str = c.COMMIT, policy: Optional[Policy
 KEEP, DROP, CONFLICT = "keep", "drop", "conflict"
 
 
-def trajectory_key(row: Mapping):
-    """(run_id, trajectory_id), the identity of a trajectory in a run; None if either is null."""
-    key = (row.get("run_id"), row.get("trajectory_id"))
-    return None if None in key else key
-
-
-def contract_content(row: Mapping) -> dict:
-    """What two copies of a trajectory must share to be the same: every contract column."""
-    return {name: row.get(name) for name in CONTRACT_COLUMNS}
-
-
 def resolve_duplicates(copies) -> dict:
     """The duplicates rule of scoring-v1 for one run's rows.
 
     `copies` are (origin, key, content) triples: origin an orderable (file,
-    row number), key the trajectory_key and content what must be equal
-    (contract_content, or a fingerprint of it). Returns origin -> KEEP, DROP
+    row number), key the trajectory's (run_id, trajectory_id), None if either
+    is null, and content what must be equal: every contract column, or a
+    fingerprint of them (transforms.duplicates). Returns origin -> KEEP, DROP
     or CONFLICT for every row whose key occurs more than once: copies equal
     in content count once (the first origin is kept, the others dropped);
     copies that differ are all in conflict. Rows whose key is unique, or
