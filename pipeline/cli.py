@@ -240,6 +240,18 @@ def _signals_as_exceptions():
         signal.signal(signal.SIGTERM, previous)
 
 
+class _NotActionable(logging.Filter):
+    """Beam 2.77 warns, whenever it is imported, that its BigQuery clients
+    (apitools) are missing: on runs that never touch BigQuery, nothing a user
+    can act on. Installing `litmus-score[gcp]` brings them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("apitools not found")
+
+
+_NOT_ACTIONABLE = _NotActionable()
+
+
 def _log_escaped() -> None:
     """Log records (Beam's, and the stages' warnings naming shard files) reach
     stderr through the printable-text path, in the format of Python's default
@@ -252,6 +264,7 @@ def _log_escaped() -> None:
         root.addHandler(terminal[0])
     for handler in terminal:
         handler.setFormatter(text.EscapingFormatter(logging.BASIC_FORMAT))
+        handler.addFilter(_NOT_ACTIONABLE)
 
 
 def main(argv=None) -> int:

@@ -146,6 +146,8 @@ def test_module_entry_point_and_demo(tmp_path):
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
         assert "TOTAL" in done.stdout and "outputs:" in done.stdout
+        # Nothing a user cannot act on: no warning of Beam's own (apitools, yield-and-return).
+        assert "WARNING" not in done.stderr, done.stderr
     totals = load_json(demo / "out" / "metrics.json")["totals"]
     assert (totals["over_penalized"], totals["under_penalized"]) == (37, 9)
 
