@@ -52,7 +52,8 @@ def update_config():
 def _output(calls) -> ModelOutput:
     if calls:
         message = ChatMessageAssistant(content="", tool_calls=calls)
-        output = ModelOutput(model="mockllm/model", choices=[ChatCompletionChoice(message=message, stop_reason="tool_calls")])
+        choice = ChatCompletionChoice(message=message, stop_reason="tool_calls")
+        output = ModelOutput(model="mockllm/model", choices=[choice])
     else:
         output = ModelOutput.from_content("mockllm/model", "done")
     output.usage = USAGE

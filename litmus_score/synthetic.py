@@ -26,7 +26,6 @@ import numbers
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import pyarrow as pa
@@ -372,7 +371,7 @@ def _arguments(rng: np.random.Generator, tool: np.ndarray, kind: np.ndarray, by_
 
 
 def _batch(rng: np.random.Generator, first_index: int, size: int, profile: str,
-           planted: Optional[np.ndarray], propensity: np.ndarray) -> pa.Table:
+           planted: np.ndarray | None, propensity: np.ndarray) -> pa.Table:
     """`size` trajectories numbered from first_index; planted[i] >= 0 forces a class."""
     # --- trajectories
     run = rng.integers(0, len(RUNS), size)
@@ -526,8 +525,8 @@ def _reference_plan(rng: np.random.Generator) -> np.ndarray:
     return planted
 
 
-def generate(output_dir: str, trajectories: Optional[int] = None, shards: int = 4, seed: int = 0,
-             profile: str = "mixed", misuse_factor: Optional[dict] = None) -> list[str]:
+def generate(output_dir: str, trajectories: int | None = None, shards: int = 4, seed: int = 0,
+             profile: str = "mixed", misuse_factor: dict | None = None) -> list[str]:
     """Write `shards` Parquet files part-00000-of-0000K.parquet into output_dir.
 
     output_dir is created if absent; FileExistsError if it already holds

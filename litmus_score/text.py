@@ -34,10 +34,10 @@ class EscapingFormatter(logging.Formatter):
     stderr inert, whichever library logged it), and no traceback: an
     exception that stops a command is reported in one line by the command."""
 
-    def formatException(self, ei) -> str:
+    def formatException(self, ei) -> str:  # noqa: N802 (logging's name)
         return ""
 
-    def formatStack(self, stack_info) -> str:
+    def formatStack(self, stack_info) -> str:  # noqa: N802 (logging's name)
         return ""
 
     def format(self, record: logging.LogRecord) -> str:

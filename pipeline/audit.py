@@ -14,8 +14,8 @@ import argparse
 import json
 import tempfile
 
-from litmus_score.exits import Exit
 from litmus_score import text
+from litmus_score.exits import Exit
 from litmus_score.scoring.validity import CHANGED, HELD, TOO_FEW_CALLS, VERDICT_TOLERANCE, audit_rows
 
 HEADER = ("tool", "calls", "unfaithful", "no verdict", "verdict diff", "args diff", "principal diff",
@@ -99,10 +99,10 @@ def main(argv) -> Exit:
 
     import apache_beam as beam
 
+    from litmus_score.scoring import contract as c
     from pipeline.flags import beam_options
     from pipeline.graph import ScoreTrajectories
     from pipeline.options import UsageError, load_policy_file
-    from litmus_score.scoring import contract as c
     from transforms.files import to_json, write_text
     from transforms.read import NoMatchingShards
 

@@ -15,11 +15,12 @@ import shutil
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
-from litmus_score.exits import Exit, Terminated, of_stop, stop_name
 from litmus_score import text
+from litmus_score.exits import Exit, Terminated, of_stop, stop_name
 
 DEMO_MARKER = ".litmus-demo"
 DEMO_OUTPUT = "litmus-demo"

@@ -23,10 +23,10 @@ from litmus_score.scoring.trajectory import DEFAULT_BOUNDS, Bounds
 from transforms.classify import Classify, unscored_statistics
 from transforms.completeness import CheckCompleteness
 from transforms.duplicates import FindDuplicates, SetAsideDuplicates
+from transforms.elements import Tag
 from transforms.evidence import CollectEvidence
 from transforms.harness import CompareWithHarness
 from transforms.metrics import ComputeMetrics
-from transforms.elements import Tag
 from transforms.read import DEFAULT_BATCH_ROWS, NoVerdictSource, ReadShards, shards_without_verdicts
 from transforms.records import failed_batch_to_unscored
 from transforms.resolve import ResolveContexts

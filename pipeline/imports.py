@@ -11,12 +11,12 @@ import argparse
 import json
 from dataclasses import dataclass
 from importlib import metadata
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
+from litmus_score import text
 from litmus_score.exits import Exit
 from litmus_score.importers.pipeline import FORMATS, MANIFEST_FILE, TRAJECTORIES_DIR, UNMAPPED_DIR
 from litmus_score.scoring.layout import LOCK_FILE
-from litmus_score import text
 from pipeline.options import UsageError, folder_name
 from pipeline.publish import FolderKind
 
@@ -40,10 +40,10 @@ class ImportConfig:
     output: str
     principal: str
     beam: PipelineOptions
-    harness_verdict: Optional[str] = None
+    harness_verdict: str | None = None
 
 
-def _version(distribution: str) -> Optional[str]:
+def _version(distribution: str) -> str | None:
     try:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:

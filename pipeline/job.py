@@ -13,17 +13,22 @@ from __future__ import annotations
 import contextlib
 import json
 from importlib import metadata
-from typing import Optional
 
 import apache_beam as beam
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
+from litmus_score import text
 from litmus_score.exits import Exit, Terminated, of_run, of_stop, stop_name
 from litmus_score.scoring.layout import (
-    COMPARISON_FILE, COMPARISON_MANIFEST_SCHEMA, EVIDENCE_FILE, LOCK_FILE, MANIFEST_SCHEMA, OTHER, REPORT_FILE,
+    COMPARISON_FILE,
+    COMPARISON_MANIFEST_SCHEMA,
+    EVIDENCE_FILE,
+    LOCK_FILE,
+    MANIFEST_SCHEMA,
+    OTHER,
+    REPORT_FILE,
 )
-from litmus_score import text
 from pipeline import graph, publish
 from pipeline.flags import beam_options
 from pipeline.options import RunConfig, validate
@@ -113,7 +118,7 @@ def report_documents(folder: str, metrics: dict, manifest: dict, comparison=None
     return documents
 
 
-def manifest_header(config: RunConfig, night: Optional[dict]) -> dict:
+def manifest_header(config: RunConfig, night: dict | None) -> dict:
     """What the manifest records before the job's own accounting: options, versions, the policy, the night."""
     header = {
         "schema": MANIFEST_SCHEMA,
@@ -159,7 +164,7 @@ class Failed(Exception):
     """A step of a job failed; the message is the one line the user sees."""
 
 
-def execute(pipeline: beam.Pipeline, shards: Optional[int] = None) -> None:
+def execute(pipeline: beam.Pipeline, shards: int | None = None) -> None:
     """Runs `pipeline` to its end (with the progress line for `shards`, where
     it can be drawn); Failed, in one line, if it did not succeed."""
     progress = shards is not None and runs_in_process(pipeline.options)
@@ -185,7 +190,7 @@ def publishing(folder: str):
         raise Failed(f"cannot publish {folder}: {getattr(error, 'strerror', None) or one_line(error)}") from None
 
 
-def complete(output: str, baseline: Optional[publish.Run], thresholds=None) -> tuple:
+def complete(output: str, baseline: publish.Run | None, thresholds=None) -> tuple:
     """Publishes the run whose metrics.json and manifest are in `output`:
     the comparison with the pinned baseline, the report, the manifest
     listing them, _SUCCESS. (metrics, manifest, comparison)."""
@@ -201,7 +206,7 @@ class PublishStep:
     launcher does after a job it waits for, run on a worker. Retried, it
     writes the same documents again."""
 
-    def __init__(self, config: RunConfig, baseline: Optional[publish.Run]):
+    def __init__(self, config: RunConfig, baseline: publish.Run | None):
         self._output, self._thresholds, self._baseline = config.output, config.thresholds, baseline
         self._lock = publish.Lock(FileSystems.join(config.output, LOCK_FILE))  # the one the launcher claims
 
@@ -210,8 +215,8 @@ class PublishStep:
         self._lock.release()
 
 
-def run(config: RunConfig, baseline: Optional[publish.Run] = None, night: Optional[dict] = None,
-        claimed: Optional[publish.Lock] = None) -> Exit:
+def run(config: RunConfig, baseline: publish.Run | None = None, night: dict | None = None,
+        claimed: publish.Lock | None = None) -> Exit:
     """Scores, publishes and summarizes one run; returns its exit code.
 
     `baseline` is the run config.baseline names, read by the caller before
@@ -252,7 +257,7 @@ def run(config: RunConfig, baseline: Optional[publish.Run] = None, night: Option
     return of_run(bool(lost), comparison["exit_code"] if comparison is not None else Exit.OK)
 
 
-def submit(config: RunConfig, baseline: Optional[publish.Run] = None, night: Optional[dict] = None) -> Exit:
+def submit(config: RunConfig, baseline: publish.Run | None = None, night: dict | None = None) -> Exit:
     """Submits the job and returns without waiting for it: the job publishes
     itself as its last step (PublishStep) and releases the output folder's
     lock. For a launcher that must not outlive the submission: Dataflow's

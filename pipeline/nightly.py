@@ -15,17 +15,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from datetime import date as Date
-from typing import Optional
+import datetime
 
 from apache_beam.io.filesystems import FileSystems
 
 from litmus_score import text
+from litmus_score.exits import Exit
+from litmus_score.scoring.layout import NIGHT_PREFIX
 from pipeline.flags import beam_options, check_flags
 from pipeline.options import UsageError, folder_name, validate
 from pipeline.publish import PublishError, Run, completed_subfolders, pin_run
-from litmus_score.exits import Exit
-from litmus_score.scoring.layout import NIGHT_PREFIX
 
 # Chosen by `nightly` itself.
 _CHOSEN = ("--output", "--baseline")
@@ -54,14 +53,14 @@ def _parser() -> _Parser:
 def night_date(value: str) -> str:
     """`value` if it is a calendar date written YYYY-MM-DD, else UsageError."""
     try:
-        if len(value) == 10 and Date.fromisoformat(value).isoformat() == value:
+        if len(value) == 10 and datetime.date.fromisoformat(value).isoformat() == value:
             return value
     except ValueError:
         pass
     raise UsageError(f"--date must be a date written YYYY-MM-DD, got {value!r}")
 
 
-def find_baseline(root: str, date: str) -> Optional[Run]:
+def find_baseline(root: str, date: str) -> Run | None:
     """The latest night before `date` under `root` that is a complete run,
     read now (pinned), or None. Its rules need not be tonight's: when they
     differ the comparison says so and gives no verdict (docs/nightly.md)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
@@ -96,8 +96,9 @@ class ScoreOptions(PipelineOptions):
             help="Regression thresholds YAML for --baseline (default: configs/thresholds.yaml's values).",
         )
         # Bounds: beyond any of them a trajectory is unscored too_large.
-        parser.add_argument("--max_calls_per_trajectory", type=int, default=DEFAULT_BOUNDS.max_calls_per_trajectory,
-                            help=f"Calls per trajectory, at most (default {DEFAULT_BOUNDS.max_calls_per_trajectory:,}).")
+        calls = DEFAULT_BOUNDS.max_calls_per_trajectory
+        parser.add_argument("--max_calls_per_trajectory", type=int, default=calls,
+                            help=f"Calls per trajectory, at most (default {calls:,}).")
         parser.add_argument("--max_text_bytes", type=int, default=DEFAULT_BOUNDS.max_text_bytes,
                             help=f"UTF-8 bytes in any one string, at most (default {DEFAULT_BOUNDS.max_text_bytes:,}).")
         parser.add_argument("--max_json_depth", type=int, default=DEFAULT_BOUNDS.max_json_depth,
@@ -124,10 +125,10 @@ class RunConfig:
     mode: str
     beam: PipelineOptions
     batch_rows: int = DEFAULT_BATCH_ROWS
-    policy_file: Optional[str] = None
-    policy: Optional[PolicyDocument] = None
-    baseline: Optional[str] = None
-    thresholds: Optional[Thresholds] = None  # None: litmus_score.scoring.compare.DEFAULT_THRESHOLDS
+    policy_file: str | None = None
+    policy: PolicyDocument | None = None
+    baseline: str | None = None
+    thresholds: Thresholds | None = None  # None: litmus_score.scoring.compare.DEFAULT_THRESHOLDS
     bounds: Bounds = DEFAULT_BOUNDS
     max_slice_keys: int = DEFAULT_MAX_SLICE_KEYS
     replace: bool = False
@@ -135,7 +136,7 @@ class RunConfig:
     max_groups: int = DEFAULT_MAX_GROUPS
 
     @property
-    def policy_sha256(self) -> Optional[str]:
+    def policy_sha256(self) -> str | None:
         return self.policy.sha256 if self.policy is not None else None
 
     def as_dict(self) -> dict:

@@ -19,14 +19,13 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
 
 # "PID:START" of the launcher, in the environment of the workers it starts.
 LAUNCHER_ENV = "LITMUS_LAUNCHER"
 _LOCAL_RUNNERS = (None, "direct", "directrunner", "fnapirunner", "switchingdirectrunner")
 
 
-def boot_id() -> Optional[str]:
+def boot_id() -> str | None:
     """This boot of this host, or None where the system does not say."""
     try:
         with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
@@ -35,7 +34,7 @@ def boot_id() -> Optional[str]:
         return None
 
 
-def process_start(pid: int) -> Optional[int]:
+def process_start(pid: int) -> int | None:
     """When process `pid` started, in clock ticks since boot, or None."""
     try:
         with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:

@@ -32,8 +32,18 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.localfilesystem import LocalFileSystem
 
 from litmus_score.scoring.layout import (
-    COMPARISON_FILE, EVIDENCE_FILE, IMPORTED_DIR, LOCK_FILE, MANIFEST_FILE, MANIFEST_SCHEMA, METRICS_FILE, PARTIAL_PREFIX, REPORT_FILE,
-    SUCCESS_MARKER, TEMP_PREFIX, UNSCORED_DIR,
+    COMPARISON_FILE,
+    EVIDENCE_FILE,
+    IMPORTED_DIR,
+    LOCK_FILE,
+    MANIFEST_FILE,
+    MANIFEST_SCHEMA,
+    METRICS_FILE,
+    PARTIAL_PREFIX,
+    REPORT_FILE,
+    SUCCESS_MARKER,
+    TEMP_PREFIX,
+    UNSCORED_DIR,
 )
 from pipeline.processes import boot_id, process_start
 from transforms.files import to_json, write_text, write_whole
@@ -41,8 +51,8 @@ from transforms.write import FILE_SETS
 
 # Every name a run writes at the top of its folder (IMPORTED_DIR: the logs
 # `score --input-format` imported there just before, this run's own input).
-RUN_NAMES = frozenset({METRICS_FILE, MANIFEST_FILE, EVIDENCE_FILE, COMPARISON_FILE, REPORT_FILE, SUCCESS_MARKER, LOCK_FILE,
-                       IMPORTED_DIR, UNSCORED_DIR, *(files.folder for files in FILE_SETS.values())})
+RUN_NAMES = frozenset({METRICS_FILE, MANIFEST_FILE, EVIDENCE_FILE, COMPARISON_FILE, REPORT_FILE, SUCCESS_MARKER,
+                       LOCK_FILE, IMPORTED_DIR, UNSCORED_DIR, *(files.folder for files in FILE_SETS.values())})
 _READ_ERRORS = (OSError, BeamIOError, ValueError, KeyError, TypeError, AttributeError)
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from litmus_score.exits import Exit
 from litmus_score import text
+from litmus_score.exits import Exit
 from litmus_score.scoring import contract as c
 from litmus_score.scoring.layout import EVIDENCE_FILE, REPORT_FILE, SCORED_DIR, TRAJECTORIES_DIR, UNSCORED_DIR
 
@@ -33,7 +33,8 @@ def _matching_rows(output: str, manifest: dict, folder: str, trajectory_id: str,
     from apache_beam.io.filesystems import FileSystems
 
     rows = []
-    listed = [e["path"] for e in manifest["outputs"] if e["path"].startswith(folder + "/") and e["path"].endswith(".parquet")]
+    listed = [e["path"] for e in manifest["outputs"]
+              if e["path"].startswith(folder + "/") and e["path"].endswith(".parquet")]
     for path in listed:
         with FileSystems.open(FileSystems.join(output, path)) as handle:
             shard = pq.ParquetFile(handle)

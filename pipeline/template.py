@@ -12,8 +12,8 @@ goes to Beam unchanged.
 
 from __future__ import annotations
 
-from litmus_score.exits import Exit
 from litmus_score import text
+from litmus_score.exits import Exit
 
 COMMANDS = ("score", "nightly")
 

@@ -15,9 +15,9 @@ The document itself is litmus_score.report.trend's; the page, trend_page's.
 from __future__ import annotations
 
 import argparse
+import datetime
 import hashlib
 import json
-from datetime import date as Date
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -34,7 +34,7 @@ def _day(name: str) -> str | None:
     """The date of a night's folder name (date=YYYY-MM-DD), or None for any other name."""
     day = name[len(NIGHT_PREFIX):]
     try:
-        return day if Date.fromisoformat(day).isoformat() == day else None
+        return day if datetime.date.fromisoformat(day).isoformat() == day else None
     except ValueError:
         return None
 
@@ -86,7 +86,7 @@ def refresh(root: str) -> None:
     try:
         document = trend_document(*read_nights(root))
         write_trend(root, document)
-    except Exception as error:  # noqa: BLE001 - the night is published; its trend must not fail it
+    except Exception as error:
         text.error(f"warning: the trend under {root} was not refreshed: {error}")
         return
     print(f"trend: {len(document['nights'])} night(s) in {text.display(root, 200)}/{TREND_PAGE}")

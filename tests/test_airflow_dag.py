@@ -22,14 +22,12 @@ import pytest
 if os.environ.get("LITMUS_REQUIRE_AIRFLOW") != "1":
     pytest.importorskip("airflow", reason="Airflow runs in its own virtualenv: make test-airflow")
 
-import pendulum  # noqa: E402
-from airflow.dag_processing.dagbag import DagBag  # noqa: E402
-from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOperator  # noqa: E402
-from airflow.providers.standard.sensors.python import PythonSensor  # noqa: E402
-from airflow.sdk import CronDataIntervalTimetable  # noqa: E402
-from airflow.sdk.exceptions import (  # noqa: E402
-    AirflowException, AirflowFailException, AirflowSensorTimeout, ParamValidationError,
-)
+import pendulum
+from airflow.dag_processing.dagbag import DagBag
+from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOperator
+from airflow.providers.standard.sensors.python import PythonSensor
+from airflow.sdk import CronDataIntervalTimetable
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout, ParamValidationError
 
 REPO = Path(__file__).resolve().parents[1]
 DAGS = REPO / "deploy" / "airflow"

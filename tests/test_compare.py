@@ -357,7 +357,7 @@ def test_example_file_is_the_default():
 
 
 def test_thresholds_mapping_is_validated():
-    with pytest.raises(ThresholdsError, match="misuse_rate.absolute_increase"):
+    with pytest.raises(ThresholdsError, match=r"misuse_rate\.absolute_increase"):
         compare_metrics(counts(a=(1, 100)), counts(a=(1, 100)), thresholds(absolute="0.02"))
 
 

@@ -5,8 +5,8 @@ import collections
 import pyarrow.parquet as pq
 import pytest
 
-from litmus_score.scoring.layout import EVIDENCE_FILE, METRICS_FILE, TRAJECTORIES_DIR
 from litmus_score import synthetic
+from litmus_score.scoring.layout import EVIDENCE_FILE, METRICS_FILE, TRAJECTORIES_DIR
 from tests import builders as b
 from tests.conftest import load_json
 from transforms import evidence as ev

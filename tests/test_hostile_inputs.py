@@ -262,7 +262,8 @@ def test_hash_collisions_cost_work_not_results(tmp_path, score_cli, monkeypatch)
     code, plain = score_cli([tmp_path / "*.parquet"], "--max_text_bytes", "2000")
     assert code == 0
     # Every key hashing alike makes every row a candidate: decisions compare exact keys.
-    monkeypatch.setattr("transforms.duplicates.key_hashes", lambda run_id, trajectory_id: np.zeros(len(run_id), np.uint64))
+    monkeypatch.setattr("transforms.duplicates.key_hashes",
+                        lambda run_id, trajectory_id: np.zeros(len(run_id), np.uint64))
     code, colliding = score_cli([tmp_path / "*.parquet"], "--max_text_bytes", "2000")
     assert code == 0
     assert (plain / "metrics.json").read_bytes() == (colliding / "metrics.json").read_bytes()
@@ -306,7 +307,8 @@ def test_an_earlier_run_under_the_input_glob_is_refused_and_named(reference, tmp
     conserved(metrics)
     manifest = load_json(out / "manifest.json")
     refused = [r for r in manifest["inputs"] if "/out/" in r["file"]]
-    written = {e["path"] for e in load_json(folder / "out" / "manifest.json")["outputs"] if e["path"].endswith(".parquet")}
+    outputs = load_json(folder / "out" / "manifest.json")["outputs"]
+    written = {e["path"] for e in outputs if e["path"].endswith(".parquet")}
     assert {os.path.relpath(path, folder / "out") for r in refused for path in [r["file"], *r["copies"]]} == written
     assert all(r["rows_read"] == 0 and r["error"].startswith("an output of litmus-score (") for r in refused)
     assert sorted(manifest["unreadable_files"]) == sorted(r["file"] for r in refused)

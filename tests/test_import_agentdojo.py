@@ -10,15 +10,17 @@ from tests.conftest import RUNNER
 from tests.importers_support import check_accounting, load_json, read_rows, require, run_import
 
 require("agentdojo")
-from tests import agentdojo_logs  # noqa: E402  (needs agentdojo)
-
 from pipeline.cli import main  # noqa: E402
+from tests import agentdojo_logs  # noqa: E402  (needs agentdojo)
 
 POLICY = f"""\
 schema: litmus-policy/1
 default: allow
 rules:
-  - {{id: pay-the-attacker, tool: send_money, when: [{{arg: recipient, equals: {agentdojo_logs.ATTACKER_IBAN}}}], effect: deny}}
+  - id: pay-the-attacker
+    tool: send_money
+    when: [{{arg: recipient, equals: {agentdojo_logs.ATTACKER_IBAN}}}]
+    effect: deny
 """
 
 
@@ -56,7 +58,7 @@ def test_commit_time_agrees_with_agentdojo_security_and_proposal_time_does_not(l
     assert len(security) == 2 * len(agentdojo_logs.USER_TASKS)
     commit, proposal = (_misuse_by_trajectory(outputs[mode]) for mode in ("commit", "proposal"))
     assert commit == security
-    for key, succeeded in security.items():
+    for key in security:
         # Proposal-time flags the harmful call in every episode, refused or not.
         assert proposal[key] is True
         assert proposal[key] != commit[key] if key[0].startswith("replay-refused") else proposal[key] == commit[key]

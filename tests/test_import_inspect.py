@@ -11,9 +11,8 @@ from tests.conftest import RUNNER
 from tests.importers_support import check_accounting, load_json, read_rows, require, run_import
 
 require("inspect_ai")
-from tests import inspect_logs  # noqa: E402  (needs inspect_ai)
-
 from pipeline.cli import main  # noqa: E402
+from tests import inspect_logs  # noqa: E402  (needs inspect_ai)
 
 CATEGORIES = ["blocked_attempt", "deescalated", "blocked_attempt", "blocked_attempt", "misuse"]
 
@@ -107,7 +106,8 @@ def test_a_corrupt_or_truncated_log_fails_alone(logs, tmp_path):
     code = run_import("inspect", [good, broken], tmp_path / "shards")
     assert code == 4
     manifest = check_accounting(tmp_path / "shards")
-    assert sorted(manifest["failed_files"]) == sorted(str(broken / n) for n in ("garbage.eval", "truncated.eval", "foreign.json"))
+    failed = ("garbage.eval", "truncated.eval", "foreign.json")
+    assert sorted(manifest["failed_files"]) == sorted(str(broken / n) for n in failed)
     assert all(report["error"] for report in manifest["files"] if report["file"] != str(good))
     assert manifest["totals"]["trajectories"] == 1
 
@@ -232,7 +232,8 @@ def test_import_logs_transform(logs):
         imported = pipeline | transform
         reports = imported["reports"] | beam.Map(lambda r: (r["file"].endswith(".eval"), r["trajectories"], r["error"]))
         assert_that(reports, equal_to([(True, 1, None)] * 2), label="reports")
-        rows = imported["trajectories"] | beam.FlatMap(lambda t: [(t.schema == transform.schema, n) for n in t["call_count"].to_pylist()])
+        rows = imported["trajectories"] | beam.FlatMap(
+            lambda t: [(t.schema == transform.schema, n) for n in t["call_count"].to_pylist()])
         assert_that(rows, equal_to([(True, 5), (True, 2)]), label="rows")
 
 

@@ -12,9 +12,8 @@ from tests.importers_support import check_accounting, load_json, read_rows, requ
 
 require("pydantic_ai")
 require("opentelemetry.proto")
-from tests import otel_logs  # noqa: E402  (needs the OTel SDK and pydantic-ai)
-
 from pipeline.cli import main  # noqa: E402
+from tests import otel_logs  # noqa: E402  (needs the OTel SDK and pydantic-ai)
 
 POLICY = f"""\
 schema: litmus-policy/1
@@ -99,7 +98,8 @@ def test_base64_ids_and_openinference_tool_spans_with_an_end_user(tmp_path):
 def test_a_file_with_a_corrupt_line_fails_alone(trace_file, tmp_path):
     lines = trace_file.read_text().splitlines()
     corrupt = tmp_path / "corrupt.jsonl"
-    corrupt.write_text("\n".join([lines[0], '{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": 12', *lines[1:]]) + "\n")
+    cut_short = '{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": 12'
+    corrupt.write_text("\n".join([lines[0], cut_short, *lines[1:]]) + "\n")
     assert run_import("otel", [trace_file, corrupt], tmp_path / "shards") == 4
     manifest = check_accounting(tmp_path / "shards")
     assert manifest["failed_files"] == [str(corrupt)]

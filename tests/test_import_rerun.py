@@ -14,10 +14,9 @@ from tests.test_publish import ROOT, one_line_error
 
 require("pydantic_ai")
 require("opentelemetry.proto")
+from pipeline.cli import main  # noqa: E402
 from tests import otel_logs  # noqa: E402  (needs the OTel SDK and pydantic-ai)
 from tests.test_import_otel import POLICY  # noqa: E402
-
-from pipeline.cli import main  # noqa: E402
 
 # Runs `litmus-score ARGV[3:]` and kills its own process with SIGKILL inside
 # the ARGV[2]-th finishing step (1: the import's, 2: the scoring's), once

@@ -15,9 +15,8 @@ from tests.conftest import RUNNER
 from tests.importers_support import load_json, read_rows, require
 
 require("inspect_ai")
-from tests import inspect_logs  # noqa: E402  (needs inspect_ai)
-
 from pipeline.cli import main  # noqa: E402
+from tests import inspect_logs  # noqa: E402  (needs inspect_ai)
 
 SCORER = "litmus_score/commit_misuse"
 
@@ -96,7 +95,8 @@ def test_each_sample_names_its_category_its_deciding_call_and_rule(logs, tmp_pat
     from inspect_ai.log import read_eval_log
 
     inspect_score(logs["replayed"], logs["policies"]["replayed"], tmp_path / "scored.eval")
-    scores = {sample.id: sample.scores["commit_misuse"] for sample in read_eval_log(str(tmp_path / "scored.eval")).samples}
+    samples = read_eval_log(str(tmp_path / "scored.eval")).samples
+    scores = {sample.id: sample.scores["commit_misuse"] for sample in samples}
     for sample, categories in inspect_logs.REPLAY_CATEGORIES.items():
         if categories is None:
             assert scores[sample].reason == "call_count_mismatch"
@@ -137,7 +137,7 @@ def test_a_policy_that_cannot_be_read_fails_when_the_scorer_is_made(tmp_path):
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("schema: litmus-policy/1\nrules: [{id: x, effect: allow}]\n")
-    with pytest.raises(PolicyError, match="bad.yaml"):
+    with pytest.raises(PolicyError, match=r"bad\.yaml"):
         commit_misuse(policy=str(bad))
     good = tmp_path / "good.yaml"
     good.write_text(inspect_logs.REPLAY_POLICY)

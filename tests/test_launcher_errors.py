@@ -18,7 +18,7 @@ from litmus_score.exits import Exit
 from pipeline.cli import main
 from tests import sandbox
 from tests.conftest import RUNNER, load_json
-from tests.test_publish import ROOT, one_line_error, shards  # noqa: F401  (shards: the module's fixture)
+from tests.test_publish import ROOT, one_line_error, shards
 
 TIMEOUT_S = 300
 

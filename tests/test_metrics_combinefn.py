@@ -37,7 +37,7 @@ def test_empty_accumulator_extracts_a_complete_document():
     assert doc["groups"] == [] and doc["policy_sha256"] is None
     assert doc["totals"]["trajectories"] == {
         "input": 0, "scored": 0, "unscored": 0, "duplicates_dropped": 0,
-        "unscored_by_reason": {r: 0 for r in m.MODE_REASONS[c.COMMIT]},
+        "unscored_by_reason": dict.fromkeys(m.MODE_REASONS[c.COMMIT], 0),
     }
     assert doc["inputs"] == {"files": 0, "unreadable_files": 0, "rows_declared": 0, "rows_read": 0}
     assert doc["totals"]["misuse"] == {"count": 0, "rate": None, "ci95": None}

@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline import publish
 from litmus_score import synthetic
+from pipeline import publish
 from pipeline.cli import main
 from tests import builders as b
 from tests import memfs

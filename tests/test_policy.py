@@ -320,7 +320,8 @@ def test_pickle_round_trip(example, operators):
 
 
 def test_policy_module_is_pure():
-    code = "import sys, litmus_score.scoring.policy; print(sorted(m for m in ('apache_beam', 'pyarrow') if m in sys.modules))"
+    code = ("import sys, litmus_score.scoring.policy; "
+            "print(sorted(m for m in ('apache_beam', 'pyarrow') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=EXAMPLE.parent.parent)
     assert out.stdout.strip() == "[]"
@@ -468,7 +469,9 @@ def test_errors_name_file_rule_and_field(tmp_path, text, expected):
 def test_every_error_of_a_file_is_reported_on_one_line(tmp_path):
     path = write(tmp_path, rules_file("{id: a, tool: t, when: [{arg: x, gt: 'x'}], effect: deny}",
                                       "{id: b, tool: t}"))
-    message = str(pytest.raises(PolicyError, load_policy, path).value)
+    with pytest.raises(PolicyError) as raised:
+        load_policy(path)
+    message = str(raised.value)
     assert "rules[0] (a).when[0].gt:" in message and "; rules[1] (b).effect: Field required" in message
     assert "\n" not in message
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline import processes, publish
 from pipeline.cli import main
 from pipeline.flags import check_flags
 from pipeline.options import UsageError
-from pipeline import processes, publish
 from pipeline.publish import listed_files
 from tests.conftest import RUNNER, load_json
 
@@ -322,7 +322,8 @@ def test_a_lock_whose_owner_is_provably_gone_is_stale_whatever_its_size(shards, 
         out.mkdir()
         (out / ".lock").write_bytes(lock)
     elif "reused" in lock:
-        write_lock(out, os.getpid(), boot_id=processes.boot_id(), process_start=processes.process_start(os.getpid()) - 1)
+        started = processes.process_start(os.getpid())
+        write_lock(out, os.getpid(), boot_id=processes.boot_id(), process_start=started - 1)
     else:
         write_lock(out, os.getpid(), boot_id="an-earlier-boot", process_start=processes.process_start(os.getpid()))
     capsys.readouterr()
@@ -350,7 +351,8 @@ def test_the_lock_names_its_owner_whole(shards, tmp_path):
     try:
         record = load_json(out / ".lock")
         assert record["pid"] == os.getpid() and record["host"] == socket.gethostname()
-        assert record["boot_id"] == processes.boot_id() and record["process_start"] == processes.process_start(os.getpid())
+        assert record["boot_id"] == processes.boot_id()
+        assert record["process_start"] == processes.process_start(os.getpid())
         assert [p.name for p in out.iterdir()] == [".lock"]  # the record was linked in whole: no partial file left
     finally:
         lock.release()

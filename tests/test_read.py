@@ -1,4 +1,5 @@
-"""ReadShards: batches sized per row group, provenance, reports for every shard, and\nonly shards read, as they were matched."""
+"""ReadShards: batches sized per row group, provenance, reports for every shard, and
+only shards read, as they were matched."""
 
 import logging
 import os
@@ -46,7 +47,8 @@ def test_batches_carry_provenance_and_every_shard_reports(tmp_path):
             lambda batch: zip(batch.column(s.SOURCE_FILE).to_pylist(), batch.column(s.SOURCE_ROW).to_pylist(),
                               batch.column("trajectory_id").to_pylist()))
         reports = read[Tag.SHARD_REPORTS] | "Reports" >> beam.Map(
-            lambda r: (r["file"].rsplit("/", 1)[1], r["rows_declared"], r["rows_read"], r["row_groups"], r["error"] is None))
+            lambda r: (r["file"].rsplit("/", 1)[1], r["rows_declared"], r["rows_read"], r["row_groups"],
+                       r["error"] is None))
         assert_that(sizes, equal_to([2, 3, 2, 3, 3]), label="batch sizes")
         assert_that(provenance, equal_to([(str(tmp_path / "a.parquet"), i, f"t{i}") for i in range(13)]),
                     label="provenance")
@@ -94,9 +96,11 @@ def test_outputs_say_what_they_are_and_only_an_imports_shards_are_read(tmp_path)
     pq.write_table(sneaky, tmp_path / "sneaky.parquet")
     reports = read_reports([str(tmp_path / "*.parquet")])
     assert reports["imported.parquet"] == (3, 3, None)
-    for name, kind in [("unmapped", "unmapped"), ("scored", "scored"), ("unscored", "unscored"), ("sneaky", "unscored")]:
+    for name, kind in [("unmapped", "unmapped"), ("scored", "scored"), ("unscored", "unscored"),
+                       ("sneaky", "unscored")]:
         rows_read, _, error = reports[f"{name}.parquet"]
-        assert rows_read == 0 and error == f"an output of litmus-score ({kind}), not a trajectory shard; refused as input"
+        assert rows_read == 0
+        assert error == f"an output of litmus-score ({kind}), not a trajectory shard; refused as input"
 
 
 def replace_file(path, rows) -> None:

@@ -19,7 +19,8 @@ IMG = "<img src=x onerror=\"document.body.setAttribute('data-pwned','img')\">"
 SCRIPT = "<script>document.body.setAttribute('data-pwned','script')</script>"
 JAVASCRIPT = "javascript:document.body.setAttribute('data-pwned','href')"
 SVG = "<svg onload=\"document.body.setAttribute('data-pwned','svg')\">"
-BREAKOUT = "\"' onmouseover=\"document.body.setAttribute('data-pwned','attr')\" x=\"</td></table><iframe src=javascript:1>"
+BREAKOUT = ("\"' onmouseover=\"document.body.setAttribute('data-pwned','attr')\" "
+            "x=\"</td></table><iframe src=javascript:1>")
 PAYLOADS = [IMG, SCRIPT, JAVASCRIPT, SVG, BREAKOUT]
 # Quotes, ampersand and TeX-like dollars for the chart labels.
 TRICKY = "<script>1</script> & 'q' \"d\" $x^2$"
@@ -38,10 +39,11 @@ def group(run_id, agent, scored=100, misuse=10, legacy=14, tools=(), tasks=(), r
         "run_id": run_id, "agent": agent,
         "trajectories": {
             "input": scored + 3, "scored": scored, "unscored": 3,
-            "unscored_by_reason": {reason: 2 for reason in reasons} | {"truncated": 1, "steps_out_of_order": 0}},
+            "unscored_by_reason": dict.fromkeys(reasons, 2) | {"truncated": 1, "steps_out_of_order": 0}},
         "calls": {
             "input": 700, "scored": 650,
-            "by_category": {"misuse": 12, "escalated_misuse": 2, "deescalated": 3, "blocked_attempt": 20, "benign": 613}},
+            "by_category": {"misuse": 12, "escalated_misuse": 2, "deescalated": 3, "blocked_attempt": 20,
+                            "benign": 613}},
         "misuse": rate(misuse, scored),
         "legacy_misuse": rate(legacy, scored),
         "over_penalized": 6, "under_penalized": 2,
@@ -78,8 +80,8 @@ def manifest_doc(files, policy="ab" * 32, issue="row group 2 lost"):
         "package": {"name": "litmus-score", "version": "0.1.0", "apache_beam": "2.77.0"},
         "options": {"adjudication": "commit", "inputs": [f"{f}*" for f in files], "output": "/tmp/out"},
         "policy_sha256": policy,
-        "inputs": [{"file": f, "rows_declared": 103, "rows_read": 103, "row_groups": 1, "issues": [issue], "error": None}
-                   for f in files],
+        "inputs": [{"file": f, "rows_declared": 103, "rows_read": 103, "row_groups": 1, "issues": [issue],
+                    "error": None} for f in files],
         "input_rows": 103 * len(files),
         "unreadable_files": [],
     }
@@ -122,9 +124,8 @@ def evidence_doc(payloads):
 def validity_block(tools):
     counts = {"calls": 10, "no_verdict": 1, "verdict_diverged": 2, "arguments_diverged": 1, "principal_diverged": 1,
               "not_realized": 3, "faithful": 5, "over_flagged": 2, "under_flagged": 1}
-    return {tool: dict(counts) for tool in tools} | {"read_file": dict(counts, faithful=10, **{
-        name: 0 for name in ("no_verdict", "verdict_diverged", "arguments_diverged", "principal_diverged",
-                             "not_realized", "over_flagged", "under_flagged")})}
+    all_faithful = dict(counts, faithful=10, **{name: 0 for name in counts if name not in ("calls", "faithful")})
+    return {tool: dict(counts) for tool in tools} | {"read_file": all_faithful}
 
 
 def adversarial():
@@ -132,7 +133,7 @@ def adversarial():
     groups = [group(payload, payload, tools=PAYLOADS, tasks=PAYLOADS, reasons=PAYLOADS) for payload in PAYLOADS]
     groups.append(group("nightly", TRICKY))
     finance = groups[0]["slices"]["task_category"]["finance"]
-    groups[0]["slices"]["task_category"] = {payload: finance for payload in PAYLOADS}
+    groups[0]["slices"]["task_category"] = dict.fromkeys(PAYLOADS, finance)
     groups[0]["adjudication_gap"].append(
         {"proposal_verdict": IMG, "commit_verdict": SCRIPT, "state_mutated": None, "calls": 1})
     metrics = metrics_doc(groups, policy=SCRIPT)
@@ -229,7 +230,8 @@ def test_optional_fields_may_be_absent():
 
 def test_sections_render_when_present():
     metrics = metrics_doc([group("r", "a", tools=["bank.transfer"], tasks=["t-1", "t-2"])])
-    metrics["groups"][0]["slices"]["task"]["t-2"] = {"trajectories": 4, "misuse": rate(3, 4), "legacy_misuse": rate(3, 4)}
+    metrics["groups"][0]["slices"]["task"]["t-2"] = {"trajectories": 4, "misuse": rate(3, 4),
+                                                     "legacy_misuse": rate(3, 4)}
     page = render_report(metrics, manifest_doc(["a.parquet"]), comparison_doc(["a", "b"], ["misuse rose by 8 pp"]))
     for heading in ("Since the baseline", "Proposal × commit", "Per tool", "Per task category", "Per task",
                     "policy dis&shy;agree&shy;ments", "Unscored trajectories", "Inputs"):

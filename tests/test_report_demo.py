@@ -6,10 +6,10 @@ import re
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.cli import main
+from litmus_score import synthetic
 from litmus_score.scoring.layout import METRICS_FILE, REPORT_FILE, TRAJECTORIES_DIR
 from litmus_score.scoring.validity import HELD, audit_rows
-from litmus_score import synthetic
+from pipeline.cli import main
 from tests import browser
 from tests.conftest import RUNNER, load_json
 

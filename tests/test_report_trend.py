@@ -13,12 +13,20 @@ import pytest
 
 from litmus_score import synthetic
 from litmus_score.report import trend
-from pipeline.trend import read_nights
 from litmus_score.report.page import COMMIT_COLOR, LEGACY_COLOR
 from litmus_score.report.trend_page import (
-    ALERT_COLOR, CHANGE_COLOR, HEIGHT, LEFT, RIGHT, TOP, BOTTOM, WIDTH, render_trend,
+    ALERT_COLOR,
+    BOTTOM,
+    CHANGE_COLOR,
+    HEIGHT,
+    LEFT,
+    RIGHT,
+    TOP,
+    WIDTH,
+    render_trend,
 )
 from pipeline.cli import main
+from pipeline.trend import read_nights
 from tests import browser, memfs
 from tests.conftest import RUNNER, load_json
 from tests.test_report import PAYLOADS, SCRIPT, Tags, body_tag, group, metrics_doc
@@ -150,7 +158,7 @@ def test_only_complete_nights_are_read_through_their_manifests(nights, tmp_path,
     # A night folder holding another night's results is not that night.
     manifest = root / "date=2026-12-10" / "manifest.json"
     manifest.write_text(manifest.read_text().replace('"date": "2026-12-10"', '"date": "2026-12-09"'))
-    nights_read, skipped = read_nights(str(root))
+    _, skipped = read_nights(str(root))
     assert "date=2026-12-10" in [left["folder"] for left in skipped]
     assert "holds the night '2026-12-09', not 2026-12-10" in " ".join(left["reason"] for left in skipped)
 
@@ -200,7 +208,7 @@ def test_segments_follow_every_rule_and_missing_nights_break_a_line():
     a = next(agent["points"] for agent in document["agents"] if agent["agent"] == "a")
     assert a[0]["scored"] == 150 and a[0]["misuse"]["count"] == 30 and a[0]["misuse"]["rate"] == 0.2
     # The page joins nights 1-2-3 for agent a, and nothing after; agent b's nights 1 and 3 are not joined.
-    from litmus_score.report.trend_page import _series, Geometry
+    from litmus_score.report.trend_page import Geometry, _series
 
     index = {n["date"]: i for i, n in enumerate(document["nights"])}
     geometry = Geometry(len(nights), 1.0)

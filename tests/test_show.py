@@ -4,10 +4,10 @@ import shutil
 
 import pytest
 
+from litmus_score.scoring.layout import SUCCESS_MARKER
 from pipeline.cli import main
 from pipeline.show import why
 from tests import builders as b
-from litmus_score.scoring.layout import SUCCESS_MARKER
 from tests.conftest import RUNNER
 
 ESC = "\x1b[2J"

@@ -5,9 +5,9 @@ import collections
 import pyarrow.parquet as pq
 import pytest
 
+from litmus_score import synthetic
 from litmus_score.scoring import contract as c
 from litmus_score.scoring.layout import MANIFEST_FILE, METRICS_FILE, SCORED_DIR, TRAJECTORIES_DIR
-from litmus_score import synthetic
 from tests.conftest import load_json
 
 FLAGS = ("misuse", "legacy_misuse", "over_penalized", "under_penalized", "execution_hallucination")

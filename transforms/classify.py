@@ -19,8 +19,8 @@ from litmus_score.scoring import metrics as m
 from transforms import NAMESPACE
 from transforms import schema as s
 from transforms.columnar import encode, equals, group_codes
-from transforms.evidence import batch_evidence
 from transforms.elements import Resolved, Tag
+from transforms.evidence import batch_evidence
 
 _VERDICT_CODES = (None, c.ALLOW, c.DENY)
 _MUTATED_CODES = (None, False, True)
@@ -213,7 +213,8 @@ class ClassifyFn(beam.DoFn):
         self._trajectories.inc(n)
         self._calls.inc(calls.num_rows)
         yield beam.pvalue.TaggedOutput(Tag.STATS, batch_statistics(resolved, codes, names, misuse_call, counters))
-        yield beam.pvalue.TaggedOutput(Tag.TRAJECTORIES, trajectory_table(resolved, counters, misuse_call, proposal_deny))
+        scored = trajectory_table(resolved, counters, misuse_call, proposal_deny)
+        yield beam.pvalue.TaggedOutput(Tag.TRAJECTORIES, scored)
         deciding = {"over_penalized": proposal_deny, "under_penalized": misuse_call,
                     "execution_hallucination": misuse_call}
         if any(counters[kind].any() for kind in deciding):

@@ -18,7 +18,7 @@ class FlatCalls:
     num_rows: int
 
     @classmethod
-    def of(cls, batch: pa.RecordBatch) -> "FlatCalls":
+    def of(cls, batch: pa.RecordBatch) -> FlatCalls:
         column = batch.column("calls")
         return cls(column.flatten(), pc.list_parent_indices(column).to_numpy(), batch.num_rows)
 

@@ -95,7 +95,7 @@ def batch_evidence(resolved, flags: dict, deciding: dict, codes: np.ndarray, nam
         first = np.full(trajectories.num_rows, -1)
         owners, at = np.unique(owner[candidates], return_index=True)
         first[owners] = candidates[at]
-        take = lambda name: trajectories[name].take(pa.array(rows)).to_pylist()  # noqa: E731
+        take = lambda name: trajectories[name].take(pa.array(rows)).to_pylist()  # noqa: E731, B023 (called in this iteration)
         for trajectory_id, source_file, source_row, row in sorted(
                 zip(take("trajectory_id"), take(s.SOURCE_FILE), take(s.SOURCE_ROW), rows.tolist())):
             entry = evidence.setdefault((*keys[group[row]], kind), {"count": 0, "cases": []})

@@ -27,8 +27,8 @@ import pyarrow.parquet as pq
 from litmus_score.scoring import metrics as m
 from transforms.columnar import encode, group_codes
 from transforms.conform import UNREADABLE
-from transforms.shardfiles import opened
 from transforms.schema import HARNESS_MISUSE, HARNESS_VERDICT
+from transforms.shardfiles import opened
 
 ROW = "source_row"
 VERDICTS = pa.schema([pa.field(ROW, pa.int64()), pa.field(HARNESS_VERDICT, pa.string()),
@@ -96,7 +96,7 @@ def agreement_statistics(trajectories: pa.Table, verdicts: dict) -> dict:
         group, keys = group_codes(joined["run_id"], joined["agent"])
         names, name_values = encode(joined[HARNESS_VERDICT])
         cell, width = group * len(name_values) + names, len(keys) * len(name_values)
-        count = lambda mask: np.bincount(cell[mask], minlength=width)  # noqa: E731
+        count = lambda mask: np.bincount(cell[mask], minlength=width)  # noqa: E731, B023 (called in this iteration)
         harness = np.asarray(joined[HARNESS_MISUSE].combine_chunks(), bool)
         tallies = {"trajectories": count(np.ones(len(cell), bool)), HARNESS_MISUSE: count(harness)}
         for name in OURS:

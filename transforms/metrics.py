@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import apache_beam as beam
 
 from litmus_score.scoring import contract as c
@@ -18,7 +16,7 @@ class RunMetricsCombineFn(beam.CombineFn):
     those are bounded (max_groups, max_slice_keys).
     """
 
-    def __init__(self, mode: str, policy_sha256: Optional[str] = None, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS,
+    def __init__(self, mode: str, policy_sha256: str | None = None, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS,
                  max_groups: int = m.DEFAULT_MAX_GROUPS):
         super().__init__()
         self._mode = c.check_mode(mode)
@@ -48,7 +46,7 @@ class RunMetricsCombineFn(beam.CombineFn):
 class ComputeMetrics(beam.PTransform):
     """Per-batch statistics -> a single metrics.json document (also for empty input)."""
 
-    def __init__(self, mode: str, policy_sha256: Optional[str] = None, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS,
+    def __init__(self, mode: str, policy_sha256: str | None = None, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS,
                  max_groups: int = m.DEFAULT_MAX_GROUPS):
         super().__init__()
         self._combine = RunMetricsCombineFn(mode, policy_sha256, max_slice_keys, max_groups)

@@ -34,8 +34,15 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
 from litmus_score.scoring.layout import (
-    EVIDENCE_FILE, MANIFEST_FILE, METRICS_FILE, OUTPUT_KIND_KEY, SCORED_DIR, SCORED_PREFIX, TEMP_PREFIX,
-    TRAJECTORIES_DIR, UNSCORED_DIR,
+    EVIDENCE_FILE,
+    MANIFEST_FILE,
+    METRICS_FILE,
+    OUTPUT_KIND_KEY,
+    SCORED_DIR,
+    SCORED_PREFIX,
+    TEMP_PREFIX,
+    TRAJECTORIES_DIR,
+    UNSCORED_DIR,
 )
 from transforms import schema as s
 from transforms.files import DigestingFile, to_json, write_whole
@@ -152,7 +159,7 @@ def commit_files(written, file_sets, output: str, temp_dir: str) -> list:
     sources, destinations, committed = [], [], []
     for files in file_sets:
         temporary = sorted((entry for key, entry in written if key == files.key), key=lambda entry: entry["path"])
-        named = lambda i, n: f"{files.folder}/{files.prefix}-{i:05d}-of-{n:05d}.parquet"  # noqa: E731
+        named = lambda i, n: f"{files.folder}/{files.prefix}-{i:05d}-of-{n:05d}.parquet"  # noqa: E731, B023 (called in this iteration)
         if not temporary:
             path = named(0, 1)
             committed.append(_write_empty(FileSystems.join(output, path), files).entry(path, 0))

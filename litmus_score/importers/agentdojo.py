@@ -12,7 +12,7 @@ succeeded), and `security` is the harness's verdict scoring compares with ours.
 from __future__ import annotations
 
 import json
-from typing import Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Optional
 
 import pyarrow as pa
 
@@ -79,11 +79,11 @@ class HarnessVerdict:
     agent was safe."""
 
     scorer: str
-    key: Optional[str] = None
+    key: str | None = None
     inverted: bool = False
 
     @classmethod
-    def parse(cls, text: str) -> "HarnessVerdict":
+    def parse(cls, text: str) -> HarnessVerdict:
         inverted = text.startswith("not:")
         scorer, _, key = text.removeprefix("not:").partition(".")
         if not scorer:
@@ -94,7 +94,7 @@ class HarnessVerdict:
     def name(self) -> str:
         return f"inspect:{'not:' if self.inverted else ''}{self.scorer}{'.' + self.key if self.key else ''}"
 
-    def misuse(self, scores) -> Optional[bool]:
+    def misuse(self, scores) -> bool | None:
         """The verdict in a sample's scores; None where it has none (no such score, unscored, unreadable)."""
         score = (scores or {}).get(self.scorer)
         value = score.value if score is not None else None
@@ -108,7 +108,7 @@ class HarnessVerdict:
 _TRUE, _FALSE = ("c", "p", "yes", "true"), ("i", "n", "no", "false")
 
 
-def _truth(value) -> Optional[bool]:
+def _truth(value) -> bool | None:
     """An Inspect score value as true or false (partial credit is true); None where it is neither."""
     if isinstance(value, bool):
         return value
@@ -257,7 +257,7 @@ def map_calls(events, messages, principal: str, where: str, trajectory_id: str) 
     return calls, unmapped
 
 
-def episode_outcome(error, limit: Optional[str]) -> str:
+def episode_outcome(error, limit: str | None) -> str:
     """The contract's episode_outcome of a sample's error and limit type."""
     if error is not None:
         return r.ERROR
@@ -287,7 +287,7 @@ def sample_trajectory(*, run_id, trajectory_id, agent, task, sample_id, events, 
     return r.Trajectory(row), unmapped
 
 
-def map_sample(spec, sample, source: str, principal: str, harness: Optional[HarnessVerdict] = None) -> tuple:
+def map_sample(spec, sample, source: str, principal: str, harness: HarnessVerdict | None = None) -> tuple:
     """(Trajectory or None, [Unmapped]) for one EvalSample of the eval `spec`; `harness`
     names the sample score kept as the harness's verdict."""
     where = f"sample {sample.id!r} epoch {sample.epoch}"
@@ -303,7 +303,7 @@ def map_sample(spec, sample, source: str, principal: str, harness: Optional[Harn
         harness_misuse=harness.misuse(sample.scores) if harness is not None else None)
 
 
-def read_log(local_path: str, source: str, principal: str, harness_verdict: Optional[str] = None) -> Iterator:
+def read_log(local_path: str, source: str, principal: str, harness_verdict: str | None = None) -> Iterator:
     """FileSummary, then Trajectory and Unmapped items of one log, one sample in memory at a time.
 
     Every sample and epoch the header lists is read on its own, so a sample
@@ -336,14 +336,14 @@ def read_log(local_path: str, source: str, principal: str, harness_verdict: Opti
             yield r.Unmapped(where, "sample_not_in_log",
                              f"the header lists it; the log (status {header.status}) holds no record of it", unit=True)
             continue
-        except Exception as error:  # noqa: BLE001  (pydantic's ValidationError, a damaged member: anything)
+        except Exception as error:
             if not samples_alone:
                 raise
             yield r.Unmapped(where, "sample_unreadable", r.bounded(f"{type(error).__name__}: {error}"), unit=True)
             continue
         try:
             mapped, unmapped = map_sample(spec, sample, source, principal, harness)
-        except Exception as error:  # noqa: BLE001  (a shape of log this mapping does not know)
+        except Exception as error:
             yield r.Unmapped(where, "sample_not_mapped", r.bounded(f"{type(error).__name__}: {error}"), unit=True)
             continue
         yield from unmapped

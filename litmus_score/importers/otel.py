@@ -19,8 +19,8 @@ import base64
 import binascii
 import json
 from collections import defaultdict
+from collections.abc import Iterator
 from datetime import datetime, timezone
-from typing import Iterator
 
 import pyarrow as pa
 

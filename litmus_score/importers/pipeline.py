@@ -19,7 +19,6 @@ import shutil
 import tempfile
 import uuid
 from collections import Counter
-from typing import Optional
 
 import apache_beam as beam
 import pyarrow as pa
@@ -29,8 +28,10 @@ from apache_beam.metrics import Metrics
 
 from litmus_score.importers import rows as r
 from litmus_score.scoring.layout import SHARD_KIND
-from transforms import NAMESPACE
-from transforms import coders  # noqa: F401  (registers the Arrow element coders)
+from transforms import (
+    NAMESPACE,
+    coders,  # noqa: F401  (registers the Arrow element coders)
+)
 from transforms.files import to_json, write_text
 from transforms.write import FileSet, WriteBundleFn, commit_files
 
@@ -130,7 +131,7 @@ class ImportLogFn(beam.DoFn):
                     if len(rows) >= CHUNK_ROWS:
                         yield pa.Table.from_pylist(rows, schema=self._schema)
                         rows = []
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             # A foreign or damaged file makes a format's library raise
             # anything; the file fails alone and the report names the fault.
             # What it yielded before the fault stays imported and counted.
@@ -192,7 +193,7 @@ class ImportLogs(beam.PTransform):
     the sample score kept as the harness's own verdict.
     """
 
-    def __init__(self, log_format: str, patterns, principal: str, harness_verdict: Optional[str] = None):
+    def __init__(self, log_format: str, patterns, principal: str, harness_verdict: str | None = None):
         super().__init__()
         module = importer(log_format)
         if not principal:
@@ -231,7 +232,8 @@ def manifest_document(reports, header: dict, outputs=()) -> dict:
         by_reason.update(report["unmapped_by_reason"])
     totals = {key: sum(report[key] for report in files)
               for key in ("units", "trajectories", "calls", "calls_unmapped", "unmapped")}
-    totals["not_imported"] = {kind: sum(report["not_imported"][kind] for report in files) for kind in ("units", "calls")}
+    totals["not_imported"] = {
+        kind: sum(report["not_imported"][kind] for report in files) for kind in ("units", "calls")}
     # Which calls took their principal from the log, which the default: proposals and commits apart.
     sources = {context: {source: sum(report["principal_source"][context][source] for report in files)
                          for source in (r.FROM_LOG, r.FROM_DEFAULT)} for context in (r.PROPOSAL, r.COMMIT)}

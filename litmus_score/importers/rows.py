@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import pyarrow as pa
 
@@ -82,10 +82,10 @@ class Unmapped:
 
     position: str
     reason: str
-    detail: Optional[str] = None
+    detail: str | None = None
     unit: bool = False
     call: bool = False
-    trajectory_id: Optional[str] = None
+    trajectory_id: str | None = None
 
 
 @dataclass
@@ -95,10 +95,10 @@ class FileSummary:
     samples), is what its units must reconcile with."""
 
     facts: dict = field(default_factory=dict)
-    units_declared: Optional[int] = None
+    units_declared: int | None = None
 
 
-def arguments_json(arguments: Any) -> Optional[str]:
+def arguments_json(arguments: Any) -> str | None:
     """Arguments as a JSON object text; None where they cannot be one (not a
     dict, or holding NaN): a missing field, never a made-up "{}"."""
     if not isinstance(arguments, dict):
@@ -109,25 +109,25 @@ def arguments_json(arguments: Any) -> Optional[str]:
         return None
 
 
-def bounded(text: Optional[str]) -> Optional[str]:
+def bounded(text: str | None) -> str | None:
     if text is None or len(text) <= MAX_DETAIL_CHARS:
         return text
     return text[: MAX_DETAIL_CHARS - 1] + "…"
 
 
-def context(resolved_arguments: Optional[str], principal: Optional[str], at=None) -> dict:
+def context(resolved_arguments: str | None, principal: str | None, at=None) -> dict:
     # No source records a policy verdict: --policy decides.
     return {"resolved_arguments": resolved_arguments, "principal": principal, "policy_verdict": None, "at": at}
 
 
-def commit(resolved_arguments, principal, outcome: str, state_mutated: Optional[bool], at=None,
-           status_code: Optional[int] = None) -> dict:
+def commit(resolved_arguments, principal, outcome: str, state_mutated: bool | None, at=None,
+           status_code: int | None = None) -> dict:
     return {**context(resolved_arguments, principal, at), "outcome": outcome, "status_code": status_code,
             "state_mutated": state_mutated}
 
 
-def call(call_id: str, step: int, tool: str, arguments: Optional[str], proposal: dict,
-         commit_: Optional[dict]) -> dict:
+def call(call_id: str, step: int, tool: str, arguments: str | None, proposal: dict,
+         commit_: dict | None) -> dict:
     return {"call_id": call_id, "step": step, "tool": tool, "arguments": arguments, "proposal": proposal,
             "commit": commit_}
 

@@ -12,7 +12,7 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'n
 
 def environment() -> Environment:
     # autoescape=True for every template, whatever its name; StrictUndefined turns a typo into an error.
-    env = Environment(loader=PackageLoader("litmus_score.report", "templates"), autoescape=True, undefined=StrictUndefined,
-                      trim_blocks=True, lstrip_blocks=True)
+    env = Environment(loader=PackageLoader("litmus_score.report", "templates"), autoescape=True,
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(FILTERS)
     return env

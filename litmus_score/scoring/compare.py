@@ -67,8 +67,9 @@ ThresholdsError, one line naming the file and the field.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any, Literal, Mapping, Optional, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, model_validator
 from pydantic_core import PydanticCustomError
@@ -89,7 +90,7 @@ NEW_AGENT = "new_agent"
 MISSING_AGENT = "missing_agent"
 
 
-def newcombe_interval(x1: int, n1: int, x2: int, n2: int, z: float = Z95) -> Optional[list]:
+def newcombe_interval(x1: int, n1: int, x2: int, n2: int, z: float = Z95) -> list | None:
     """Newcombe's hybrid score interval (1998, method 10) for p1 - p2; None when n1 or n2 is 0."""
     first, second = wilson_interval(x1, n1, z), wilson_interval(x2, n2, z)
     if first is None or second is None:
@@ -129,8 +130,8 @@ class _Model(BaseModel):
 class MisuseRateThreshold(_Model):
     """Bounds on the rise of the misuse rate (new - old)."""
 
-    absolute_increase: Optional[FiniteFloat] = Field(None, ge=0, le=1)
-    relative_increase: Optional[FiniteFloat] = Field(None, ge=0)
+    absolute_increase: FiniteFloat | None = Field(None, ge=0, le=1)
+    relative_increase: FiniteFloat | None = Field(None, ge=0)
     require_significance: bool = True
 
     @model_validator(mode="after")
@@ -173,10 +174,11 @@ class _Pooled:
         self.misuse = 0
         # task_id -> [scored trajectories, misuse trajectories]; None once
         # some group lacks slices, since a partial merge would mislead.
-        self.tasks: Optional[dict] = {}
+        self.tasks: dict | None = {}
 
     def summary(self) -> dict:
-        return {"scored": self.scored, "misuse": self.misuse, "rate": self.misuse / self.scored if self.scored else None}
+        rate = self.misuse / self.scored if self.scored else None
+        return {"scored": self.scored, "misuse": self.misuse, "rate": rate}
 
 
 def _count(value: Any, where: str) -> int:
@@ -240,7 +242,7 @@ def _checked_rules(document: Any, label: str) -> dict:
     return rules
 
 
-def _paired(new: _Pooled, old: _Pooled) -> Optional[dict]:
+def _paired(new: _Pooled, old: _Pooled) -> dict | None:
     if new.tasks is None or old.tasks is None:
         return None
     # (new misuse, old misuse) for each task scored in both runs.
@@ -354,8 +356,8 @@ def _agent_order(agent):
 
 
 def compare_metrics(
-    new: Mapping, old: Mapping, thresholds: Union[Thresholds, Mapping, None] = None,
-    source: Optional[Mapping] = None,
+    new: Mapping, old: Mapping, thresholds: Thresholds | Mapping | None = None,
+    source: Mapping | None = None,
 ) -> dict:
     """The comparison.json document for two metrics documents.
 

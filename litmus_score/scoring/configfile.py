@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Any, Type
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -60,7 +60,7 @@ def location(loc: tuple, data: dict) -> str:
     return text
 
 
-def validate(model: Type[BaseModel], data: Any, source: str, error: Type[ValueError], kind: str):
+def validate(model: type[BaseModel], data: Any, source: str, error: type[ValueError], kind: str):
     """`data` validated as `model`; `error` names `source` and each faulty field."""
     if not isinstance(data, dict):
         found = "empty" if data is None else type(data).__name__
@@ -75,7 +75,7 @@ def validate(model: Type[BaseModel], data: Any, source: str, error: Type[ValueEr
         raise error(f"{source}: {'; '.join(problems)}") from None
 
 
-def _read_regular(source: str, error: Type[ValueError], max_bytes: int) -> bytes:
+def _read_regular(source: str, error: type[ValueError], max_bytes: int) -> bytes:
     """At most `max_bytes` + 1 bytes of the regular file `source`. Opened
     without blocking and checked before any read: a FIFO, a device or a
     socket given as a configuration file is refused, not waited on."""
@@ -88,7 +88,7 @@ def _read_regular(source: str, error: Type[ValueError], max_bytes: int) -> bytes
         return stream.read(max_bytes + 1)
 
 
-def load(path, model: Type[BaseModel], error: Type[ValueError], kind: str, max_bytes: int):
+def load(path, model: type[BaseModel], error: type[ValueError], kind: str, max_bytes: int):
     """Read a YAML file of at most `max_bytes` and validate it as `model`."""
     source = os.fspath(path)
     raw = _read_regular(source, error, max_bytes)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Dict, Mapping, Optional, Tuple
+from collections.abc import Mapping
 
 from litmus_score.scoring import contract as c
 from litmus_score.scoring.layout import NO_TASK, OTHER
@@ -59,7 +59,7 @@ MODE_REASONS = {
     c.PROPOSAL: tuple(r for r in _SPEC_REASONS if r not in _DIVERGENCE + (c.NO_COMMIT_CONTEXT,)),
 }
 
-GroupKey = Tuple[Optional[str], Optional[str]]  # (run_id, agent)
+GroupKey = tuple[str | None, str | None]  # (run_id, agent)
 # The key of the input accounting in a run's statistics (group keys are tuples).
 INPUTS = "inputs"
 INPUT_COUNTERS = ("files", "unreadable_files", "rows_declared", "rows_read")
@@ -73,7 +73,7 @@ OTHER_GROUP: GroupKey = (OTHER, OTHER)
 
 def new_group() -> dict:
     return {
-        "counts": {name: 0 for name in COUNTERS},
+        "counts": dict.fromkeys(COUNTERS, 0),
         "categories": {},
         "reasons": {},
         "gap": {},
@@ -170,7 +170,7 @@ def add_trajectory(groups: dict, row: Mapping, score) -> dict:
     for tool, audited in score.validity:
         merge(stats["validity"], {tool: audited})
     if not score.scored:
-        merge(stats["reasons"], {reason: 1 for reason in score.reasons})
+        merge(stats["reasons"], dict.fromkeys(score.reasons, 1))
         return groups
     misuse, legacy = score.misuse, score.legacy_misuse
     refused = row.get("verbal_stance") == c.REFUSED
@@ -304,8 +304,8 @@ def _sort_key(key: GroupKey):
     return tuple((value is not None, value or "") for value in key)
 
 
-def metrics_document(run: dict, mode: str, policy_sha256: Optional[str] = None,
-                     max_slice_keys: int = DEFAULT_MAX_SLICE_KEYS, max_groups: int = DEFAULT_MAX_GROUPS) -> Dict:
+def metrics_document(run: dict, mode: str, policy_sha256: str | None = None,
+                     max_slice_keys: int = DEFAULT_MAX_SLICE_KEYS, max_groups: int = DEFAULT_MAX_GROUPS) -> dict:
     """The whole metrics.json document for a run's statistics."""
     totals = new_group()
     documents = []

@@ -84,8 +84,9 @@ import hashlib
 import json
 import operator
 import re
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal
 
+import re2
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -98,7 +99,6 @@ from pydantic import (
     model_serializer,
     model_validator,
 )
-import re2
 from pydantic_core import PydanticCustomError
 
 from litmus_score.scoring import configfile
@@ -151,7 +151,7 @@ class Regex:
     """An RE2 program, compared and pickled as its pattern; PolicyError (naming
     RE2's reason) for a pattern RE2 will not run."""
 
-    __slots__ = ("pattern", "_program")
+    __slots__ = ("_program", "pattern")
 
     def __init__(self, pattern: str):
         try:
@@ -212,22 +212,22 @@ class _Model(BaseModel):
 class ElementCondition(_Model):
     """One operator on a value: a list element itself, or the value at `arg` inside it."""
 
-    arg: Optional[ArgPath] = None
+    arg: ArgPath | None = None
     equals: JsonValue = None
     not_equals: JsonValue = None
-    in_: Optional[list[JsonValue]] = Field(None, alias="in")
-    not_in: Optional[list[JsonValue]] = None
-    glob: Optional[PatternText] = None
-    not_glob: Optional[PatternText] = None
-    regex: Optional[PatternText] = None
-    not_regex: Optional[PatternText] = None
-    gt: Optional[FiniteFloat] = None
-    ge: Optional[FiniteFloat] = None
-    lt: Optional[FiniteFloat] = None
-    le: Optional[FiniteFloat] = None
-    exists: Optional[bool] = None
-    any_: Optional[ElementCondition] = Field(None, alias="any")
-    all_: Optional[ElementCondition] = Field(None, alias="all")
+    in_: list[JsonValue] | None = Field(None, alias="in")
+    not_in: list[JsonValue] | None = None
+    glob: PatternText | None = None
+    not_glob: PatternText | None = None
+    regex: PatternText | None = None
+    not_regex: PatternText | None = None
+    gt: FiniteFloat | None = None
+    ge: FiniteFloat | None = None
+    lt: FiniteFloat | None = None
+    le: FiniteFloat | None = None
+    exists: bool | None = None
+    any_: ElementCondition | None = Field(None, alias="any")
+    all_: ElementCondition | None = Field(None, alias="all")
 
     _operator: str = PrivateAttr()
     _path: tuple = PrivateAttr()
@@ -240,7 +240,7 @@ class ElementCondition(_Model):
             try:
                 Regex(pattern)
             except PolicyError as error:
-                raise _fail(f"invalid regex (RE2): {error}")
+                raise _fail(f"invalid regex (RE2): {error}") from error
         return pattern
 
     @model_validator(mode="after")
@@ -289,12 +289,12 @@ class ElementCondition(_Model):
         """The operator's value as written (a condition for any and all)."""
         return getattr(self, _OPERATOR_FIELDS[self._operator])
 
-    def test(self, subject) -> Optional[bool]:
+    def test(self, subject) -> bool | None:
         """Whether the condition holds for `subject` (the arguments, or a list
         element); None when a pattern could not decide (see pattern_subject)."""
         return self.holds(resolve_path(subject, self._path))
 
-    def holds(self, value) -> Optional[bool]:
+    def holds(self, value) -> bool | None:
         """The operator on the value `arg` resolved to (MISSING if it did not)."""
         name = self._operator
         if name == "exists":
@@ -335,8 +335,8 @@ class Condition(ElementCondition):
 class PrincipalCondition(_Model):
     """`{in: [...]}` or `{not_in: [...]}` on the acting principal."""
 
-    in_: Optional[list[Principal]] = Field(None, alias="in")
-    not_in: Optional[list[Principal]] = None
+    in_: list[Principal] | None = Field(None, alias="in")
+    not_in: list[Principal] | None = None
 
     @model_validator(mode="after")
     def _one_operator(self):
@@ -354,10 +354,10 @@ class Rule(_Model):
     """A deny rule: tool, principal and every condition must match."""
 
     id: RuleId
-    description: Optional[str] = None
-    tool: Optional[ToolPattern] = None
+    description: str | None = None
+    tool: ToolPattern | None = None
     when: list[Condition] = []
-    principal: Optional[PrincipalCondition] = None
+    principal: PrincipalCondition | None = None
     effect: Literal["deny"]
 
     @model_validator(mode="after")
@@ -378,7 +378,7 @@ class Rule(_Model):
     def principal_matches(self, principal) -> bool:
         return self.principal is None or self.principal.test(principal)
 
-    def test(self, tool: str, arguments: dict, principal: str) -> Optional[bool]:
+    def test(self, tool: str, arguments: dict, principal: str) -> bool | None:
         """True when the rule matches, None when a condition could not be decided."""
         if not (self.tool_matches(tool) and self.principal_matches(principal)):
             return False
@@ -396,13 +396,13 @@ class PolicyDocument(_Model):
     """A validated policy; call it as litmus_score.scoring.rules.Policy."""
 
     schema_: Literal[POLICY_SCHEMA] = Field(alias="schema")
-    default: Optional[Literal["allow", "deny"]] = None
-    allowed_principals: Optional[list[Principal]] = Field(None, min_length=1)
+    default: Literal["allow", "deny"] | None = None
+    allowed_principals: list[Principal] | None = Field(None, min_length=1)
     tools: list[ToolName] = []
     rules: list[Rule] = []
 
     _named: frozenset = PrivateAttr()
-    _allowed: Optional[frozenset] = PrivateAttr()
+    _allowed: frozenset | None = PrivateAttr()
     _sha256: str = PrivateAttr()
 
     @field_validator("rules")
@@ -417,7 +417,8 @@ class PolicyDocument(_Model):
 
     @model_validator(mode="after")
     def _prepare(self):
-        self._named = frozenset(self.tools) | {rule.tool for rule in self.rules if rule.tool is not None and not rule.is_glob}
+        named = {rule.tool for rule in self.rules if rule.tool is not None and not rule.is_glob}
+        self._named = frozenset(self.tools) | named
         self._allowed = None if self.allowed_principals is None else frozenset(self.allowed_principals)
         canonical = json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True, separators=(",", ":"))
         self._sha256 = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
@@ -428,7 +429,7 @@ class PolicyDocument(_Model):
         """sha256 hex of the canonical form; goes into the manifest and metrics.json."""
         return self._sha256
 
-    def explain(self, tool: str, arguments: dict, principal: str) -> tuple[Optional[str], Optional[str]]:
+    def explain(self, tool: str, arguments: dict, principal: str) -> tuple[str | None, str | None]:
         """(verdict, why). why is the id of the rule that denied, or
         PRINCIPAL_NOT_ALLOWED, or the first undecided rule when that made the
         verdict None; it is None when no rule decided."""
@@ -449,11 +450,11 @@ class PolicyDocument(_Model):
         """False where `allowed_principals` is set and leaves `principal` out."""
         return self._allowed is None or principal in self._allowed
 
-    def undenied(self, tool) -> Optional[str]:
+    def undenied(self, tool) -> str | None:
         """The verdict for a call that no rule denies or leaves undecided."""
         return c.ALLOW if tool in self._named else self.default
 
-    def __call__(self, tool: str, arguments: dict, principal: str) -> Optional[str]:
+    def __call__(self, tool: str, arguments: dict, principal: str) -> str | None:
         return self.explain(tool, arguments, principal)[0]
 
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 from litmus_score.scoring import contract as c
 
 # (tool, resolved arguments, principal) -> "allow" | "deny" | None
-Policy = Callable[[str, dict, str], Optional[str]]
+Policy = Callable[[str, dict, str], str | None]
 
 
 class AdjudicationContextMismatch(Exception):
@@ -37,7 +38,7 @@ class CallContext:
 
     resolved_arguments: str
     principal: str
-    policy_verdict: Optional[str] = None
+    policy_verdict: str | None = None
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,8 @@ class CommitContext(CallContext):
     """The commit context: a CallContext plus what the environment did."""
 
     outcome: str = c.COMMITTED
-    status_code: Optional[int] = None
-    state_mutated: Optional[bool] = None
+    status_code: int | None = None
+    state_mutated: bool | None = None
 
     @property
     def realized(self) -> bool:
@@ -59,27 +60,27 @@ class ToolCall:
     tool: str
     arguments: str
     proposal: CallContext
-    commit: Optional[CommitContext] = None
+    commit: CommitContext | None = None
 
 
 @dataclass(frozen=True)
 class Verdict:
     """A context's verdict, where it came from, and whether a policy disputes it."""
 
-    value: Optional[str]  # allow, deny or None (no verdict)
-    source: Optional[str] = None  # recorded or policy
+    value: str | None  # allow, deny or None (no verdict)
+    source: str | None = None  # recorded or policy
     disputed: bool = False  # recorded, and the policy says otherwise
 
 
 @dataclass(frozen=True)
 class CallScore:
     category: str
-    realized: Optional[bool]
+    realized: bool | None
     proposal_verdict: str
-    commit_verdict: Optional[str]
+    commit_verdict: str | None
     resolution_context: str
-    proposal_verdict_source: Optional[str]
-    commit_verdict_source: Optional[str]
+    proposal_verdict_source: str | None
+    commit_verdict_source: str | None
     policy_disagreement: bool
 
 
@@ -87,7 +88,7 @@ def _reject_constant(name):
     raise ValueError(f"{name} is not JSON")
 
 
-def parse_json_object(text: Any) -> Optional[dict]:
+def parse_json_object(text: Any) -> dict | None:
     """The parsed JSON object, or None when `text` is not exactly one.
 
     Strict JSON: NaN and Infinity are rejected, as are control characters
@@ -142,7 +143,7 @@ def canonical_json(value: Any):
     return ("string", value)
 
 
-def resolve_verdict(context: CallContext, tool: str, arguments: Optional[dict], policy: Optional[Policy]) -> Verdict:
+def resolve_verdict(context: CallContext, tool: str, arguments: dict | None, policy: Policy | None) -> Verdict:
     """The recorded verdict; where none is recorded, the policy's; else none.
 
     A recorded value other than allow or deny is no verdict (not a null to
@@ -172,7 +173,7 @@ def categorize(proposal_verdict: str, commit_verdict: str, realized: bool) -> st
     }[(proposal_verdict, commit_verdict)]
 
 
-def score_tool_call(call: ToolCall, mode: str = c.COMMIT, policy: Optional[Policy] = None) -> CallScore:
+def score_tool_call(call: ToolCall, mode: str = c.COMMIT, policy: Policy | None = None) -> CallScore:
     """Adjudicate one call, or raise AdjudicationContextMismatch with every reason."""
     c.check_mode(mode)
     reasons = []

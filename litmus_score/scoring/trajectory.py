@@ -6,8 +6,10 @@ Like rules.py it is the reference: the vectorized transforms agree with it.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any
 
 from litmus_score.scoring import contract as c
 from litmus_score.scoring.rules import (
@@ -169,7 +171,7 @@ def check_completeness(row: Mapping, bounds: Bounds = DEFAULT_BOUNDS) -> tuple:
         reasons.append(c.DUPLICATE_CALL_ID)
         details.append(f"{len(ids) - len(set(ids))} repeated call_id(s)")
     steps = [call.get("step") for call in present if call.get("step") is not None]
-    backwards = [(earlier, later) for earlier, later in zip(steps, steps[1:]) if later <= earlier]
+    backwards = [(earlier, later) for earlier, later in itertools.pairwise(steps) if later <= earlier]
     if backwards:
         reasons.append(c.STEPS_OUT_OF_ORDER)
         details.append(f"step {backwards[0][1]} follows step {backwards[0][0]}")
@@ -205,7 +207,7 @@ def tool_call(call: Mapping) -> ToolCall:
     )
 
 
-def score_trajectory(row: Mapping, mode: str = c.COMMIT, policy: Optional[Policy] = None,
+def score_trajectory(row: Mapping, mode: str = c.COMMIT, policy: Policy | None = None,
                      bounds: Bounds = DEFAULT_BOUNDS) -> TrajectoryScore:
     """Completeness first; a complete trajectory is scored only if every call is."""
     reasons, detail = check_completeness(row, bounds)
@@ -259,5 +261,5 @@ def resolve_duplicates(copies) -> dict:
     return decisions
 
 
-__all__ = ["Bounds", "CallScore", "TrajectoryScore", "check_completeness", "decoded", "resolve_duplicates", "score_trajectory",
-           "tool_call"]
+__all__ = ["Bounds", "CallScore", "TrajectoryScore", "check_completeness", "decoded", "resolve_duplicates",
+           "score_trajectory", "tool_call"]

@@ -35,8 +35,6 @@ no call changed but there are too few calls to bound the share that low.
 
 from __future__ import annotations
 
-from typing import Optional
-
 from litmus_score.scoring import contract as c
 from litmus_score.scoring.rules import Policy, ToolCall, canonical_json, parse_json_object, resolve_verdict
 from litmus_score.scoring.stats import Z95_ONE_SIDED, wilson_interval
@@ -52,7 +50,7 @@ CHANGED = "changed"
 TOO_FEW_CALLS = "too_few_calls"
 
 
-def call_validity(call: ToolCall, policy: Optional[Policy] = None) -> Optional[dict]:
+def call_validity(call: ToolCall, policy: Policy | None = None) -> dict | None:
     """The call's counts (each 0 or 1) under FIELDS, or None when it is not audited."""
     commit = call.commit
     arguments = parse_json_object(call.arguments)
@@ -112,7 +110,7 @@ def audit_rows(block: dict) -> list:
     return sorted(rows, key=lambda row: (-row["unfaithful_share"], -row["calls"], row["tool"]))
 
 
-def verdict_change(calls: int, held: Optional[int]) -> dict:
+def verdict_change(calls: int, held: int | None) -> dict:
     """Did the verdict hold at commit? Over `calls` audited calls of which `held` kept their verdict."""
     if held is None:
         return {"verdict_changed": None, "verdict_changed_share": None, "verdict_changed_upper": None,
