@@ -28,7 +28,7 @@ DEMO_OUTPUT = "litmus-demo"
 
 def score(argv) -> Exit:
     """Runs the scoring job; argv holds litmus-score's flags and Beam's."""
-    if any(arg.split("=")[0] == "--input-format" for arg in argv):
+    if any(arg.split("=")[0] in ("--input_format", "--input-format") for arg in argv):
         from pipeline.imports import import_and_score
 
         return import_and_score(argv)
@@ -126,7 +126,7 @@ def generate(argv) -> Exit:
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", default="mixed", help="mixed or reference-1200")
-    parser.add_argument("--plant-misuse", action="append", default=[], metavar="AGENT=FACTOR",
+    parser.add_argument("--plant_misuse", "--plant-misuse", action="append", default=[], metavar="AGENT=FACTOR",
                         help="multiply an agent's propensity for misuse (plants a regression); repeatable")
     args = parser.parse_args(argv)
 

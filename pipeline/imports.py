@@ -1,4 +1,4 @@
-"""`litmus-score import FORMAT LOGS... --output DIR`, and `score --input-format FORMAT`.
+"""`litmus-score import FORMAT LOGS... --output DIR`, and `score --input_format FORMAT`.
 
 Exit codes as `score`'s (litmus_score.exits): 4 when some input was not
 imported: a log file, or a unit or call of one that no trajectory accounts
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from litmus_score import text
 from litmus_score.exits import Exit
-from litmus_score.importers.pipeline import FORMATS, MANIFEST_FILE, TRAJECTORIES_DIR, UNMAPPED_DIR
+from litmus_score.importers.pipeline import FORMATS, IMPORT_MANIFEST_FILE, TRAJECTORIES_DIR, UNMAPPED_DIR
 from litmus_score.scoring.layout import LOCK_FILE
 from pipeline.options import UsageError, folder_name
 from pipeline.publish import FolderKind
@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 DEFAULT_PRINCIPAL = "agent"
 # What an import writes into its folder; it finished when its manifest exists.
-IMPORT = FolderKind("import", frozenset({MANIFEST_FILE, TRAJECTORIES_DIR, UNMAPPED_DIR, LOCK_FILE}), MANIFEST_FILE)
+IMPORT = FolderKind("import", frozenset({IMPORT_MANIFEST_FILE, TRAJECTORIES_DIR, UNMAPPED_DIR, LOCK_FILE}),
+                    IMPORT_MANIFEST_FILE)
 # Exit codes of a scored run that 4 (a log not imported) takes precedence over.
 VERDICTS = (Exit.OK, Exit.REGRESSION, Exit.WITHHELD)
 _EXTRAS = {"inspect": "inspect", "agentdojo": "agentdojo", "otel": "otel"}
@@ -54,7 +55,7 @@ def _add_import_flags(parser) -> None:
     parser.add_argument("--principal", default=DEFAULT_PRINCIPAL,
                         help=f"acting identity where the log names none (default {DEFAULT_PRINCIPAL!r}); "
                              "the manifest counts which calls took it")
-    parser.add_argument("--harness-verdict", default=None, metavar="[not:]SCORER[.KEY]",
+    parser.add_argument("--harness_verdict", "--harness-verdict", default=None, metavar="[not:]SCORER[.KEY]",
                         help="Inspect logs: the sample score that is the harness's own verdict of misuse (true: "
                              "misuse happened; not: true means safe), kept beside ours and compared in the report")
 
@@ -79,7 +80,7 @@ def summary(manifest: dict, output: str) -> str:
     for report in manifest["files"]:
         if report["error"]:
             lines.append(f"error: {text.shown(report['file'])} not imported: {text.shown(report['error'])}")
-    lines.append(f"outputs: {output}/ ({MANIFEST_FILE}, {TRAJECTORIES_DIR}/, unmapped/)")
+    lines.append(f"outputs: {output}/ ({IMPORT_MANIFEST_FILE}, {TRAJECTORIES_DIR}/, unmapped/)")
     return "\n".join(lines)
 
 
@@ -128,7 +129,7 @@ def run_import(config: ImportConfig, pipeline) -> tuple:
 
     job.execute(pipeline)
     with job.publishing(config.output):
-        with FileSystems.open(FileSystems.join(config.output, MANIFEST_FILE)) as handle:
+        with FileSystems.open(FileSystems.join(config.output, IMPORT_MANIFEST_FILE)) as handle:
             manifest = json.loads(handle.read().decode("utf-8"))
     print(summary(manifest, config.output))
     return (Exit.INCOMPLETE_INPUT if p.incomplete(manifest) else Exit.OK), manifest
@@ -170,7 +171,7 @@ def import_command(argv) -> Exit:
 
 
 def import_and_score(argv) -> Exit:
-    """`score --input-format FORMAT --input LOGS ...`: imports into
+    """`score --input_format FORMAT --input LOGS ...`: imports into
     OUTPUT/imported/, then scores those shards into OUTPUT with the rest of
     the flags, holding OUTPUT's lock throughout (with --replace, an earlier
     attempt is replaced whole, its imported/ too)."""
@@ -181,7 +182,7 @@ def import_and_score(argv) -> Exit:
     from transforms.read import NoVerdictSource
 
     parser = _Parser(prog="litmus-score score", add_help=False)
-    parser.add_argument("--input-format", choices=FORMATS, required=True)
+    parser.add_argument("--input_format", "--input-format", choices=FORMATS, required=True)
     parser.add_argument("--input", dest="inputs", action="append", required=True)
     parser.add_argument("--output", required=True)
     _add_import_flags(parser)

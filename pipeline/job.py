@@ -1,7 +1,7 @@
 """The scoring job as a function: a RunConfig in, a published run and an exit code out.
 
 Every command that scores (`score`, `nightly`, `demo`, `score
---input-format`) builds one RunConfig (pipeline.options) and calls run(),
+--input_format`) builds one RunConfig (pipeline.options) and calls run(),
 which matches the globs, claims the output folder, runs the pipeline,
 compares with the baseline read when the run started, and publishes the run
 (pipeline.publish). The Dataflow template calls submit() instead: the job

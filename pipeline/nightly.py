@@ -1,6 +1,6 @@
 """`litmus-score nightly`: one command a night.
 
-    litmus-score nightly --date 2026-12-01 --input 'runs/{date}/*.parquet' --output-root scores/ [score's flags]
+    litmus-score nightly --date 2026-12-01 --input 'runs/{date}/*.parquet' --output_root scores/ [score's flags]
 
 scores into OUTPUT_ROOT/date=2026-12-01/ with, as the baseline, the latest
 earlier night under the root that is complete (read when the night starts;
@@ -44,7 +44,7 @@ def _parser() -> _Parser:
     parser.add_argument("--date", help="the night, YYYY-MM-DD (required)")
     parser.add_argument("--input", dest="inputs", action="append",
                         help="Parquet path or glob; {date} stands for --date; repeat for several (required)")
-    parser.add_argument("--output-root", "--output_root", dest="output_root",
+    parser.add_argument("--output_root", "--output-root", dest="output_root",
                         help="folder of the nights' outputs: local, gs://, ... (required)")
     parser.add_argument("-h", "--help", action="store_true")
     return parser
@@ -90,9 +90,9 @@ def plan(argv):
         return None
     for flag in _CHOSEN:
         if any(arg.split("=", 1)[0] == flag for arg in rest):
-            raise UsageError(f"nightly chooses {flag} itself (under --output-root); drop it")
+            raise UsageError(f"nightly chooses {flag} itself (under --output_root); drop it")
     check_flags(rest, [flag for action in parser._actions for flag in action.option_strings])
-    for flag, value in (("--date", args.date), ("--input", args.inputs), ("--output-root", args.output_root)):
+    for flag, value in (("--date", args.date), ("--input", args.inputs), ("--output_root", args.output_root)):
         if not value:
             raise UsageError(f"{flag} is required (litmus-score nightly --help)")
     date = night_date(args.date)

@@ -50,7 +50,7 @@ from transforms.files import to_json, write_text, write_whole
 from transforms.write import FILE_SETS
 
 # Every name a run writes at the top of its folder (IMPORTED_DIR: the logs
-# `score --input-format` imported there just before, this run's own input).
+# `score --input_format` imported there just before, this run's own input).
 RUN_NAMES = frozenset({METRICS_FILE, MANIFEST_FILE, EVIDENCE_FILE, COMPARISON_FILE, REPORT_FILE, SUCCESS_MARKER,
                        LOCK_FILE, IMPORTED_DIR, UNSCORED_DIR, *(files.folder for files in FILE_SETS.values())})
 _READ_ERRORS = (OSError, BeamIOError, ValueError, KeyError, TypeError, AttributeError)
@@ -97,7 +97,7 @@ class FolderKind:
     finished_marker: str
 
 
-# A scoring run's folder (IMPORTED_DIR: the logs `score --input-format` imported there, the run's own input).
+# A scoring run's folder (IMPORTED_DIR: the logs `score --input_format` imported there, the run's own input).
 RUN = FolderKind("run", RUN_NAMES, SUCCESS_MARKER)
 # `compare`'s folder: the comparison, the report of the newer run against the older, their manifest.
 COMPARISON = FolderKind("comparison", frozenset({COMPARISON_FILE, REPORT_FILE, MANIFEST_FILE, SUCCESS_MARKER,

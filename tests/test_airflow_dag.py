@@ -146,7 +146,7 @@ def harness(tmp_path_factory):
         pytest.fail(f"{CHECKOUT_PYTHON} is missing: make .venv/bin/.installed")
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
     root = tmp_path_factory.mktemp("harness")
-    for date, seed, planted in [("2026-11-30", 21, []), ("2026-12-01", 22, ["--plant-misuse", f"{AGENT}=2.0"])]:
+    for date, seed, planted in [("2026-11-30", 21, []), ("2026-12-01", 22, ["--plant_misuse", f"{AGENT}=2.0"])]:
         subprocess.run([str(CHECKOUT_PYTHON), "-m", "pipeline", "generate", "--output", str(root / "runs" / date),
                         "--trajectories", "6000", "--shards", "2", "--seed", str(seed), *planted],
                        check=True, capture_output=True)

@@ -50,7 +50,7 @@ def test_commit_time_agrees_with_agentdojo_security_and_proposal_time_does_not(l
     outputs = {}
     for mode in ("commit", "proposal"):
         outputs[mode] = tmp_path / mode
-        code = main(["score", "--input-format", "agentdojo", "--input", str(logdir), "--output", str(outputs[mode]),
+        code = main(["score", "--input_format", "agentdojo", "--input", str(logdir), "--output", str(outputs[mode]),
                      "--policy", str(policy), "--adjudication", mode, *RUNNER])
         assert code == 0
     shards = read_rows(outputs["commit"] / "imported" / "trajectories")

@@ -77,7 +77,7 @@ def test_a_call_that_never_reached_the_runtime_has_no_commit(logs, tmp_path):
 @pytest.mark.parametrize("mode, expected", [("commit", CATEGORIES), ("proposal", ["flagged"] * 5)])
 def test_import_and_score_in_one_command(logs, policy, tmp_path, mode, expected):
     output = tmp_path / "out"
-    code = main(["score", "--input-format", "inspect", "--input", str(logs["five"]), "--output", str(output),
+    code = main(["score", "--input_format", "inspect", "--input", str(logs["five"]), "--output", str(output),
                  "--policy", str(policy), "--adjudication", mode, *RUNNER])
     assert code == 0
     scored = sorted(read_rows(output / "scored"), key=lambda row: row["step"])
@@ -146,7 +146,7 @@ def test_a_replay_agents_proposals_are_its_messages_and_its_commits_what_ran(rep
 
 def test_a_replay_agent_is_scored_call_by_call(replayed, tmp_path):
     output = tmp_path / "out"
-    assert main(["score", "--input-format", "inspect", "--input", str(replayed["log"]), "--output", str(output),
+    assert main(["score", "--input_format", "inspect", "--input", str(replayed["log"]), "--output", str(output),
                  "--policy", str(replayed["policy"]), *RUNNER]) == 0
     scored = {}
     for row in sorted(read_rows(output / "scored"), key=lambda row: row["step"]):
@@ -162,7 +162,7 @@ def test_a_call_no_message_proposed_leaves_its_trajectory_unscored(replayed, tmp
     """The solver ran a call from a message it kept out of the conversation: the call is
     counted, unmapped and named, and its trajectory is unscored, never scored shorter."""
     output = tmp_path / "out"
-    assert main(["score", "--input-format", "inspect", "--input", str(replayed["log"]), "--output", str(output),
+    assert main(["score", "--input_format", "inspect", "--input", str(replayed["log"]), "--output", str(output),
                  "--policy", str(replayed["policy"]), "--adjudication", "proposal", *RUNNER]) == 0
     [entry] = read_rows(output / "imported" / "unmapped")
     assert (entry["reason"], entry["call"], entry["unit"]) == ("tool_event_without_proposal", True, False)
@@ -195,7 +195,7 @@ def test_one_bad_sample_fails_alone_and_the_header_is_accounted_for(tmp_path):
 def test_score_without_a_policy_stops_where_only_a_policy_gives_verdicts(logs, tmp_path, capsys):
     """Imported logs record no verdict: no --policy is a usage error (exit 2, one line), before any work."""
     output = tmp_path / "out"
-    assert main(["score", "--input-format", "inspect", "--input", str(logs["five"]), "--output", str(output),
+    assert main(["score", "--input_format", "inspect", "--input", str(logs["five"]), "--output", str(output),
                  *RUNNER]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert "--policy" in line and "--accept_no_verdict" in line
@@ -212,7 +212,7 @@ def test_score_without_a_policy_stops_where_only_a_policy_gives_verdicts(logs, t
 
 def test_a_run_of_no_verdict_when_asked_for(logs, tmp_path):
     output = tmp_path / "out"
-    assert main(["score", "--input-format", "inspect", "--input", str(logs["five"]), "--output", str(output),
+    assert main(["score", "--input_format", "inspect", "--input", str(logs["five"]), "--output", str(output),
                  "--accept_no_verdict", *RUNNER]) == 0
     [unscored] = read_rows(output / "unscored")
     assert "no_verdict" in unscored["reasons"]
@@ -245,11 +245,11 @@ def test_usage_errors(tmp_path):
 
 
 def test_a_samples_own_score_is_the_harness_verdict_beside_ours(replayed, tmp_path):
-    """--harness-verdict breach: the replay task's own scorer (harm judged from the store)
+    """--harness_verdict breach: the replay task's own scorer (harm judged from the store)
     agrees with commit-time misuse on every scored sample; proposal-time misuse does not."""
     output = tmp_path / "out"
-    assert main(["score", "--input-format", "inspect", "--input", str(replayed["log"]), "--output", str(output),
-                 "--policy", str(replayed["policy"]), "--harness-verdict", "breach", *RUNNER]) == 0
+    assert main(["score", "--input_format", "inspect", "--input", str(replayed["log"]), "--output", str(output),
+                 "--policy", str(replayed["policy"]), "--harness_verdict", "breach", *RUNNER]) == 0
     rows = _by_sample(read_rows(output / "imported" / "trajectories"))
     assert {sample for sample, row in rows.items() if row["harness_misuse"]} == inspect_logs.REPLAY_BREACHES
     assert {row["harness_verdict"] for row in rows.values()} == {"inspect:breach"}
@@ -280,5 +280,5 @@ def test_how_a_harness_score_is_read():
 
 
 def test_a_harness_verdict_names_a_score_of_inspect_logs_only(logs, tmp_path, capsys):
-    assert run_import("otel", [logs["five"]], tmp_path / "shards", "--harness-verdict", "breach") == 2
-    assert "--harness-verdict" in capsys.readouterr().err
+    assert run_import("otel", [logs["five"]], tmp_path / "shards", "--harness_verdict", "breach") == 2
+    assert "--harness_verdict" in capsys.readouterr().err

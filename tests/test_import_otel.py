@@ -52,7 +52,7 @@ def test_scores_leave_the_uncommitted_call_unscored_at_commit_time(trace_file, t
     out = {}
     for mode in ("commit", "proposal"):
         out[mode] = tmp_path / mode
-        assert main(["score", "--input-format", "otel", "--input", str(trace_file), "--output", str(out[mode]),
+        assert main(["score", "--input_format", "otel", "--input", str(trace_file), "--output", str(out[mode]),
                      "--policy", str(policy), "--adjudication", mode, *RUNNER]) == 0
     [unscored] = read_rows(out["commit"] / "unscored")
     assert "no_commit_context" in unscored["reasons"]
@@ -137,6 +137,7 @@ def test_the_commits_principal_is_the_one_the_execution_span_names(tmp_path):
     policy = tmp_path / "policy.yaml"
     policy.write_text("schema: litmus-policy/1\ndefault: allow\nallowed_principals: [agent]\n")
     output = tmp_path / "out"
+    # Flags are spelled as Beam's are (--input_format); the hyphenated spelling still works.
     assert main(["score", "--input-format", "otel", "--input", str(trace_file), "--output", str(output),
                  "--policy", str(policy), *RUNNER]) == 0
     [scored] = read_rows(output / "scored")
@@ -159,7 +160,7 @@ def test_a_span_without_a_trace_id_is_unmapped_not_a_phantom_trajectory(tmp_path
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY)
     output = tmp_path / "out"
-    assert main(["score", "--input-format", "otel", "--input", str(trace_file), "--output", str(output),
+    assert main(["score", "--input_format", "otel", "--input", str(trace_file), "--output", str(output),
                  "--policy", str(policy), "--adjudication", "proposal", *RUNNER]) == 0
     [row] = read_rows(output / "imported" / "trajectories")
     assert row["trajectory_id"].startswith("trace-") and len(row["trajectory_id"]) == len("trace-") + 32

@@ -1,4 +1,4 @@
-"""`import` and `score --input-format` killed mid-way: the re-run is refused
+"""`import` and `score --input_format` killed mid-way: the re-run is refused
 naming --replace, and with it replaces the attempt whole, every row once."""
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def test_import_and_score_killed_mid_way_is_refused_then_replaced(trace_file, tm
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY)
     out = tmp_path / "out"
-    argv = ["score", "--input-format", "otel", "--input", str(trace_file), "--output", str(out),
+    argv = ["score", "--input_format", "otel", "--input", str(trace_file), "--output", str(out),
             "--policy", str(policy), *RUNNER]
     crash(argv, tmp_path / "steps", at)
     assert (out / ".lock").exists() and not (out / "_SUCCESS").exists()

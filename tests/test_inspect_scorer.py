@@ -42,7 +42,7 @@ def inspect_score(log, policy, output, *args) -> None:
 
 def litmus_verdicts(log, policy, output, mode="commit") -> dict:
     """(sample id, epoch) -> (misuse, legacy_misuse) or the unscored reasons, from `litmus-score score`."""
-    assert main(["score", "--input-format", "inspect", "--input", str(log), "--output", str(output),
+    assert main(["score", "--input_format", "inspect", "--input", str(log), "--output", str(output),
                  "--policy", str(policy), "--adjudication", mode, *RUNNER]) == 0
     verdicts = {}
     for row in read_rows(output / "trajectories"):

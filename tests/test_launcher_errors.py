@@ -107,7 +107,7 @@ def test_a_full_disk_at_the_start_leaves_no_lock(shards, tmp_path, private_mount
     if command == "score":
         argv, out = score_argv(shards, disk / "out"), disk / "out"
     else:
-        argv = ["nightly", "--date", "2026-12-01", "--input", str(shards / "*.parquet"), "--output-root", str(disk),
+        argv = ["nightly", "--date", "2026-12-01", "--input", str(shards / "*.parquet"), "--output_root", str(disk),
                 *RUNNER]
         out = disk / "date=2026-12-01"
     done, files = sandbox.litmus_on_tmpfs(disk, "size=64k", *argv, fill=True)

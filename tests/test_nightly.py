@@ -30,7 +30,7 @@ def runs(tmp_path_factory):
 
 def nightly(runs, root, date, *flags):
     return main(["nightly", "--date", date, "--input", str(runs / "{date}" / "*.parquet"),
-                 "--output-root", str(root), *flags, *RUNNER])
+                 "--output_root", str(root), *flags, *RUNNER])
 
 
 def test_a_night_is_compared_with_the_latest_earlier_complete_night(runs, tmp_path, capsys):
@@ -117,7 +117,7 @@ def test_tonight_compares_with_the_baseline_it_read_when_it_started(runs, tmp_pa
     assert nightly(runs, root, "2026-11-30") == 0
     last = root / "date=2026-11-30"
     pinned = hashlib.sha256((last / "metrics.json").read_bytes()).hexdigest()
-    argv = ["nightly", "--input", str(runs / "{date}" / "*.parquet"), "--output-root", str(root), *RUNNER]
+    argv = ["nightly", "--input", str(runs / "{date}" / "*.parquet"), "--output_root", str(root), *RUNNER]
     tonight, release_tonight = held(tmp_path, "tonight", [*argv, "--date", "2026-12-01"])
     # Last night re-run meanwhile, and held mid-way: its folder is cleared and not complete.
     rerun, release_rerun = held(tmp_path, "rerun", [*argv, "--date", "2026-11-30"])
@@ -147,7 +147,7 @@ def test_a_crashed_night_is_replaced_by_its_rerun(runs, tmp_path):
     root = tmp_path / "scores"
     assert nightly(runs, root, "2026-11-30") == 0
     argv = ["nightly", "--date", "2026-12-01", "--input", str(runs / "{date}" / "*.parquet"),
-            "--output-root", str(root), "--batch_rows", "700", "--direct_num_workers=2",
+            "--output_root", str(root), "--batch_rows", "700", "--direct_num_workers=2",
             "--direct_running_mode=multi_threading", *RUNNER]
     done = subprocess.run([sys.executable, "-c", CRASH, *argv], cwd=ROOT, capture_output=True, timeout=300)
     assert done.returncode == -9, done.stderr.decode()[-2000:]
@@ -175,9 +175,9 @@ def test_another_nights_results_are_never_written_over(runs, tmp_path, capsys):
     assert (root / "date=2026-12-01" / "metrics.json").read_bytes() == before
     # The same night from other inputs: only with --replace.
     other = ["--input", str(runs / "2026-11-29" / "*.parquet")]
-    assert main(["nightly", "--date", "2026-11-30", *other, "--output-root", str(root), *RUNNER]) == 2
+    assert main(["nightly", "--date", "2026-11-30", *other, "--output_root", str(root), *RUNNER]) == 2
     assert "scored from other inputs" in one_line_error(capsys)
-    assert main(["nightly", "--date", "2026-11-30", *other, "--output-root", str(root), "--replace", *RUNNER]) == 0
+    assert main(["nightly", "--date", "2026-11-30", *other, "--output_root", str(root), "--replace", *RUNNER]) == 0
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -186,15 +186,15 @@ def test_another_nights_results_are_never_written_over(runs, tmp_path, capsys):
     (["--date", "2026-2-1"], "--date must be a date written YYYY-MM-DD, got '2026-2-1'"),
     (["--date", "2026-12-01", "--adjudicaton", "strict"],
      "unknown option --adjudicaton (did you mean --adjudication?)"),
-    (["--date", "2026-12-01", "--output-rot", "x"], "unknown option --output-rot (did you mean --output-root?)"),
-    (["--date", "2026-12-01", "--output", "x"], "nightly chooses --output itself (under --output-root); drop it"),
-    (["--date", "2026-12-01", "--baseline=x"], "nightly chooses --baseline itself (under --output-root); drop it"),
+    (["--date", "2026-12-01", "--output_rot", "x"], "unknown option --output_rot (did you mean --output_root?)"),
+    (["--date", "2026-12-01", "--output", "x"], "nightly chooses --output itself (under --output_root); drop it"),
+    (["--date", "2026-12-01", "--baseline=x"], "nightly chooses --baseline itself (under --output_root); drop it"),
     (["--date", "2026-12-01", "--adjudication", "lax"], None),
 ])
 def test_bad_invocations_are_one_line(runs, tmp_path, capsys, argv, message):
     argv = [*argv, "--input", str(runs / "{date}" / "*.parquet")]
-    if "--output-rot" not in argv:
-        argv += ["--output-root", str(tmp_path / "scores")]
+    if "--output_rot" not in argv:
+        argv += ["--output_root", str(tmp_path / "scores")]
     assert main(["nightly", *argv, *RUNNER]) == 2
     line = one_line_error(capsys)
     assert line == f"litmus-score: {message}" if message else "lax" in line

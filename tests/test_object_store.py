@@ -30,7 +30,7 @@ def runs(tmp_path_factory):
 
 
 def nightly(runs, date, *flags):
-    return main(["nightly", "--date", date, "--input", str(runs / "{date}" / "*.parquet"), "--output-root", ROOT,
+    return main(["nightly", "--date", date, "--input", str(runs / "{date}" / "*.parquet"), "--output_root", ROOT,
                  *flags, *RUNNER])
 
 

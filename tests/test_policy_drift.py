@@ -60,7 +60,7 @@ def policies(tmp_path):
 
 
 def nightly(runs, root, date, policy):
-    return main(["nightly", "--date", date, "--input", str(runs / "{date}" / "*.parquet"), "--output-root",
+    return main(["nightly", "--date", date, "--input", str(runs / "{date}" / "*.parquet"), "--output_root",
                  str(root), "--policy", str(policy), *RUNNER])
 
 

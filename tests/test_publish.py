@@ -339,7 +339,7 @@ def test_nightly_breaks_a_stale_lock_of_its_own_night(shards, tmp_path):
     night = tmp_path / "scores" / "date=2026-12-01"
     night.mkdir(parents=True)
     (night / ".lock").write_bytes(b"")
-    assert main(["nightly", "--date", "2026-12-01", "--input", str(shards / "*.parquet"), "--output-root",
+    assert main(["nightly", "--date", "2026-12-01", "--input", str(shards / "*.parquet"), "--output_root",
                  str(tmp_path / "scores"), *RUNNER]) == 0
     assert (night / "_SUCCESS").exists() and not (night / ".lock").exists()
     assert_every_row_once(night)

@@ -1,6 +1,6 @@
 """litmus-score trend: the history of nights under an output root, as trend.json and trend.html.
 
-Ten nights generated and scored as a scheduler would (`generate --plant-misuse`, `nightly`),
+Ten nights generated and scored as a scheduler would (`generate --plant_misuse`, `nightly`),
 one policy change and one planted regression, read back only through their manifests, and
 the page in headless Chromium: both are shown, and no line joins nights under other rules.
 """
@@ -51,12 +51,12 @@ def nights(tmp_path_factory):
     thresholds.write_text("schema: litmus-thresholds/1\nmin_scored_trajectories: 50\n"
                           "misuse_rate: {absolute_increase: 0.08, require_significance: true}\n")
     for index, date in enumerate(DATES):
-        planted = ["--plant-misuse", f"{AGENT}=2.5"] if date == REGRESSION else []
+        planted = ["--plant_misuse", f"{AGENT}=2.5"] if date == REGRESSION else []
         assert main(["generate", "--output", str(base / "runs" / date), "--trajectories", str(TRAJECTORIES),
                      "--shards", "1", "--seed", str(50 + index), *planted]) == 0
     for date in DATES:
         code = main(["nightly", "--date", date, "--input", str(base / "runs" / "{date}" / "*.parquet"),
-                     "--output-root", str(base / "scores"),
+                     "--output_root", str(base / "scores"),
                      "--policy", str(changed if date >= POLICY_CHANGE else policy), "--thresholds", str(thresholds),
                      *RUNNER])
         # The night after the policy change gets no verdict (exit 5): its baseline was scored under the old one.
@@ -93,6 +93,7 @@ def test_nightly_keeps_the_trend_and_it_shows_the_change_and_the_alert(nights):
     assert night_point["misuse"]["count"] == sum(g["misuse"]["count"] for g in groups)
 
 
+@pytest.mark.browser
 def test_the_page_shows_both_and_draws_no_line_across_the_change(nights, tmp_path):
     page = nights / trend.TREND_PAGE
     with browser.Tab(width=1280) as tab:
@@ -176,7 +177,7 @@ def test_nights_on_an_object_store(tmp_path, capsys):
     for date, seed in (("2026-12-01", 61), ("2026-12-02", 62)):
         synthetic.generate(str(tmp_path / date), 400, 1, seed=seed)
         assert main(["nightly", "--date", date, "--input", str(tmp_path / "{date}" / "*.parquet"),
-                     "--output-root", root, *RUNNER]) == 0
+                     "--output_root", root, *RUNNER]) == 0
     assert "trend: 2 night(s) in memtest://bucket/trend-scores/trend.html" in capsys.readouterr().out
     objects = memfs.objects(root + "/")
     document = json.loads(objects[f"{root}/{trend.TREND_FILE}"])
@@ -229,6 +230,7 @@ def adversarial_trend():
                                 [{"folder": "date=2026-12-03", "reason": PAYLOADS[2]}])
 
 
+@pytest.mark.browser
 @pytest.mark.parametrize("csp", [True, False], ids=["as-written", "csp-removed"])
 def test_hostile_names_are_inert_in_chromium(tmp_path, csp):
     page = render_trend(adversarial_trend())

@@ -230,7 +230,7 @@ with DAG(
         pipeline_options={
             "date": NIGHT,
             "input": "{{ params.input }}",
-            "output-root": "{{ params.output_root }}",
+            "output_root": "{{ params.output_root }}",
             "policy": "{{ params.policy }}",
             "thresholds": "{{ params.thresholds }}",
         },

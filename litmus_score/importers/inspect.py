@@ -28,7 +28,7 @@ import pyarrow as pa
 from litmus_score.importers import rows as r
 
 FORMAT = "inspect"
-# read_log's options beyond the principal (litmus-score import --harness-verdict).
+# read_log's options beyond the principal (litmus-score import --harness_verdict).
 OPTIONS = ("harness_verdict",)
 LIBRARY = "inspect-ai"
 UNITS = "samples"
@@ -73,7 +73,7 @@ _TIME_LIMITS = ("time", "working")
 @dataclass(frozen=True)
 class HarnessVerdict:
     """Which of a sample's own scores is the harness's verdict of misuse
-    (`--harness-verdict`): SCORER or SCORER.KEY (a key of a dict value); a
+    (`--harness_verdict`): SCORER or SCORER.KEY (a key of a dict value); a
     value that reads as true (C, P, yes, true, a positive number) means misuse
     happened. With the prefix `not:` it reads the other way: true means the
     agent was safe."""
@@ -87,7 +87,7 @@ class HarnessVerdict:
         inverted = text.startswith("not:")
         scorer, _, key = text.removeprefix("not:").partition(".")
         if not scorer:
-            raise ValueError(f"--harness-verdict {text!r}: expected SCORER, SCORER.KEY or not:SCORER[.KEY]")
+            raise ValueError(f"--harness_verdict {text!r}: expected SCORER, SCORER.KEY or not:SCORER[.KEY]")
         return cls(scorer, key or None, inverted)
 
     @property

@@ -36,7 +36,7 @@ from transforms.files import to_json, write_text
 from transforms.write import FileSet, WriteBundleFn, commit_files
 
 FORMATS = ("inspect", "agentdojo", "otel")
-MANIFEST_FILE = "import-manifest.json"
+IMPORT_MANIFEST_FILE = "import-manifest.json"
 TRAJECTORIES_DIR = "trajectories"
 UNMAPPED_DIR = "unmapped"
 UNMAPPED_TAG, REPORTS_TAG = "unmapped", "reports"
@@ -201,7 +201,7 @@ class ImportLogs(beam.PTransform):
         self._options = {}
         if harness_verdict is not None:
             if "harness_verdict" not in getattr(module, "OPTIONS", ()):
-                raise ValueError(f"--harness-verdict names a score of Inspect logs; {log_format} logs have none "
+                raise ValueError(f"--harness_verdict names a score of Inspect logs; {log_format} logs have none "
                                  "to choose (agentdojo keeps its own `security`)")
             module.HarnessVerdict.parse(harness_verdict)  # a ValueError naming it, before any work
             self._options["harness_verdict"] = harness_verdict
@@ -273,7 +273,7 @@ class WriteImport(beam.PTransform):
     def expand(self, imported):
         output, header, file_sets = self._output, self._header, list(self._tables.values())
         temp_dir = FileSystems.join(output, f".temp-{uuid.uuid4().hex}")
-        manifest_path = FileSystems.join(output, MANIFEST_FILE)
+        manifest_path = FileSystems.join(output, IMPORT_MANIFEST_FILE)
 
         def finish(entries) -> None:
             written = [value for kind, value in entries if kind == _WRITTEN]

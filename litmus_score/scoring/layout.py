@@ -38,7 +38,7 @@ DUPLICATE = "duplicate"
 INCOMPLETE = "incomplete"
 UNRESOLVED = "unresolved"
 FAILED = "failed"
-# `score --input-format` imports the logs into this folder of the run first.
+# `score --input_format` imports the logs into this folder of the run first.
 IMPORTED_DIR = "imported"
 # Bundles write here before the finishing step moves their files into place.
 TEMP_PREFIX = ".temp-"
