@@ -1,4 +1,4 @@
-# One command each, on a fresh machine: `make demo`, `make test`, `make bench`.
+# One command each, on a fresh machine: `make demo`, `make test`, `make check`, `make bench`.
 # Each creates ./.venv from the repo's own pyproject.toml the first time.
 PYTHON ?= python3
 VENV := .venv
@@ -18,12 +18,23 @@ $(AIRFLOW_VENV)/bin/.installed: deploy/airflow/requirements-test.txt
 	$(AIRFLOW_VENV)/bin/python -m pip install --quiet -r deploy/airflow/requirements-test.txt
 	touch $@
 
-.PHONY: demo test test-airflow bench
+.PHONY: demo test check lint test-airflow bench
 demo: $(BIN)/.installed
 	$(BIN)/litmus-score demo
 
+# Every test, on every core.
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto
+
+# The rule set and the types, as pyproject.toml states them.
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+# The loop while you work, under two minutes: lint, types, and the tests that start no
+# engine or browser and run no whole command end to end.
+check: lint
+	$(BIN)/python -m pytest -n auto -q -m "not engine and not browser and not slow"
 
 # A fresh AIRFLOW_HOME whose dags folder is deploy/airflow, no examples; LITMUS_REQUIRE_AIRFLOW=1
 # turns a skip into a failure. The DAG runs as shipped, configured by its params: litmus-score's

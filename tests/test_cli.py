@@ -13,6 +13,9 @@ from tests import builders as b
 from tests.conftest import RUNNER, load_json
 from transforms import schema as s
 
+# Whole commands, end to end: make test runs them, make check does not.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory):

@@ -16,6 +16,9 @@ from tests.conftest import RUNNER, load_json
 from transforms import duplicates
 from transforms import schema as s
 
+# Whole commands, end to end: make test runs them, make check does not.
+pytestmark = pytest.mark.slow
+
 
 def good(trajectory_id, **overrides):
     return b.trajectory(trajectory_id, b.calls_of(("deny", b.commit("deny")), ("allow", b.commit())), **overrides)

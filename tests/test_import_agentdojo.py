@@ -13,6 +13,9 @@ require("agentdojo")
 from pipeline.cli import main  # noqa: E402
 from tests import agentdojo_logs  # noqa: E402  (needs agentdojo)
 
+# Whole commands, end to end: make test runs them, make check does not.
+pytestmark = pytest.mark.slow
+
 POLICY = f"""\
 schema: litmus-policy/1
 default: allow

@@ -14,6 +14,9 @@ require("inspect_ai")
 from pipeline.cli import main  # noqa: E402
 from tests import inspect_logs  # noqa: E402  (needs inspect_ai)
 
+# Whole commands, end to end: make test runs them, make check does not.
+pytestmark = pytest.mark.slow
+
 CATEGORIES = ["blocked_attempt", "deescalated", "blocked_attempt", "blocked_attempt", "misuse"]
 
 

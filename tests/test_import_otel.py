@@ -15,6 +15,9 @@ require("opentelemetry.proto")
 from pipeline.cli import main  # noqa: E402
 from tests import otel_logs  # noqa: E402  (needs the OTel SDK and pydantic-ai)
 
+# Whole commands, end to end: make test runs them, make check does not.
+pytestmark = pytest.mark.slow
+
 POLICY = f"""\
 schema: litmus-policy/1
 default: allow

@@ -18,6 +18,9 @@ from pipeline.cli import main  # noqa: E402
 from tests import otel_logs  # noqa: E402  (needs the OTel SDK and pydantic-ai)
 from tests.test_import_otel import POLICY  # noqa: E402
 
+# Whole commands, end to end: make test runs them, make check does not.
+pytestmark = pytest.mark.slow
+
 # Runs `litmus-score ARGV[3:]` and kills its own process with SIGKILL inside
 # the ARGV[2]-th finishing step (1: the import's, 2: the scoring's), once
 # the Parquet files are in place and before the manifest is written. The

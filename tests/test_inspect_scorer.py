@@ -18,6 +18,9 @@ require("inspect_ai")
 from pipeline.cli import main  # noqa: E402
 from tests import inspect_logs  # noqa: E402  (needs inspect_ai)
 
+# Whole commands, end to end: make test runs them, make check does not.
+pytestmark = pytest.mark.slow
+
 SCORER = "litmus_score/commit_misuse"
 
 

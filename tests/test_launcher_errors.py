@@ -20,6 +20,9 @@ from tests import sandbox
 from tests.conftest import RUNNER, load_json
 from tests.test_publish import ROOT, one_line_error, shards
 
+# Whole commands, end to end: make test runs them, make check does not.
+pytestmark = pytest.mark.slow
+
 TIMEOUT_S = 300
 
 # Runs the console entry point and stops inside the pipeline's final step,

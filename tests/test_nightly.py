@@ -15,6 +15,9 @@ from pipeline.cli import main
 from tests.conftest import RUNNER, load_json
 from tests.test_publish import CRASH, ROOT, one_line_error
 
+# Whole commands, end to end: make test runs them, make check does not.
+pytestmark = pytest.mark.slow
+
 AGENT = synthetic.AGENTS[3]
 
 

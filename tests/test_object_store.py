@@ -18,6 +18,9 @@ from tests import memfs
 from tests.conftest import RUNNER
 from tests.test_publish import one_line_error
 
+# Whole commands, end to end: make test runs them, make check does not.
+pytestmark = pytest.mark.slow
+
 ROOT = f"{memfs.SCHEME}://bucket/scores"
 
 

@@ -18,6 +18,9 @@ from pipeline.options import load_policy_file
 from tests import builders as b
 from tests.conftest import RUNNER, load_json
 
+# Whole commands, end to end: make test runs them, make check does not.
+pytestmark = pytest.mark.slow
+
 ALLOW_TRANSFERS = textwrap.dedent("""\
     schema: litmus-policy/1
     allowed_principals: [agent]

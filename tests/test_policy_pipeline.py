@@ -13,6 +13,9 @@ from pipeline.cli import main
 from tests import builders as b
 from tests.conftest import load_json
 
+# Whole commands, end to end: make test runs them, make check does not.
+pytestmark = pytest.mark.slow
+
 POLICY = textwrap.dedent("""\
     schema: litmus-policy/1
     allowed_principals: [agent]

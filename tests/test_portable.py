@@ -54,7 +54,7 @@ def portable_score():
         process.wait()
 
 
-@pytest.mark.slow
+@pytest.mark.engine
 def test_a_run_through_the_job_service_and_worker_pool_equals_fnapi(tmp_path, portable_score):
     shards = reference_data(tmp_path / "ref")
     assert main(["score", "--input", str(shards), "--output", str(tmp_path / "fnapi"), *RUNNER]) == 0
@@ -62,7 +62,7 @@ def test_a_run_through_the_job_service_and_worker_pool_equals_fnapi(tmp_path, po
     assert_same_run(tmp_path / "portable", tmp_path / "fnapi")
 
 
-@pytest.mark.slow
+@pytest.mark.engine
 def test_the_template_job_publishes_itself_after_its_launcher_has_ended(tmp_path, portable_score):
     # The Flex Template's launcher submits and exits (Dataflow does not let it wait): the job's
     # own last step writes the report, the manifest listing it and _SUCCESS, and releases the lock.

@@ -21,6 +21,9 @@ from pipeline.options import UsageError
 from pipeline.publish import listed_files
 from tests.conftest import RUNNER, load_json
 
+# Whole commands, end to end: make test runs them, make check does not.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 TWO_THREADS = ["--direct_num_workers=2", "--direct_running_mode=multi_threading"]
 ONE_THREAD = ["--direct_num_workers=1"]

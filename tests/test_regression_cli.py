@@ -6,6 +6,9 @@ from litmus_score import synthetic
 from pipeline.cli import main
 from tests.conftest import RUNNER, load_json
 
+# Whole commands, end to end: make test runs them, make check does not.
+pytestmark = pytest.mark.slow
+
 AGENT = synthetic.AGENTS[3]
 
 

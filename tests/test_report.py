@@ -281,12 +281,14 @@ def body_tag(dom):
     return dom[start:dom.index(">", start) + 1]
 
 
+@pytest.mark.browser
 def test_the_harness_sees_a_payload_that_runs(tmp_path):
     """Without this control, 'no data-pwned' could just mean the detector is blind."""
     control = write(tmp_path, f"<!DOCTYPE html><html><body><p>x</p>{IMG}</body></html>", "control.html")
     assert "data-pwned" in body_tag(browser.dump_dom(control))
 
 
+@pytest.mark.browser
 @pytest.mark.parametrize("csp", [True, False], ids=["as-written", "csp-removed"])
 def test_no_payload_runs_in_chromium(tmp_path, adversarial_page, csp):
     page = adversarial_page
@@ -307,6 +309,7 @@ def test_no_payload_runs_in_chromium(tmp_path, adversarial_page, csp):
     assert "&lt;script&gt;document.body.setAttribute('data-pwned','script')&lt;/script&gt;" in dom
 
 
+@pytest.mark.browser
 def test_screenshot_shows_the_charts(tmp_path):
     groups = [group("nightly", agent, scored=120, misuse=m, legacy=m + 6)
               for agent, m in (("heron-70b", 12), ("kestrel-mini", 40), ("lynx-405b", 5))]
@@ -447,6 +450,7 @@ def test_validity_shows_the_strict_and_the_practical_answer():
     assert badge.format("regression", "changed", "30 of 1,177 (2.5%)") in rows["delete_records"]
 
 
+@pytest.mark.browser
 def test_the_page_fits_800_px_without_scrolling_sideways(tmp_path, adversarial_page):
     """Hostile names, 80 characters without a space, every fold opened: nothing wider than the window."""
     path = write(tmp_path, adversarial_page)

@@ -13,6 +13,9 @@ from pipeline.cli import main
 from tests import browser
 from tests.conftest import RUNNER, load_json
 
+# Whole commands, end to end: make test runs them, make check does not.
+pytestmark = pytest.mark.slow
+
 # The regression badge's background (report template CSS): one per tool that is not valid.
 NOT_VALID = "#fbd5d5"
 
@@ -32,6 +35,7 @@ def text_of(dom: str) -> str:
     return html.unescape(dom)
 
 
+@pytest.mark.browser
 def test_the_browser_shows_the_37_and_the_9_and_the_diverging_tools(demo):
     dom = text_of(browser.dump_dom(demo / REPORT_FILE))
     rows = pq.read_table(demo / TRAJECTORIES_DIR).to_pylist()
@@ -54,6 +58,7 @@ def test_the_browser_shows_the_37_and_the_9_and_the_diverging_tools(demo):
     assert "0 of 1,177 (0.00%), ≤ 0.23%" in validity
 
 
+@pytest.mark.browser
 def test_screenshot_shows_the_validity_table(demo, tmp_path):
     png = browser.screenshot(demo / REPORT_FILE, tmp_path / "report.png", height=3000)
     image = browser.read_png(png)
@@ -64,6 +69,7 @@ def test_screenshot_shows_the_validity_table(demo, tmp_path):
     assert browser.count_near(image[:1500], NOT_VALID, tolerance=3) == 0
 
 
+@pytest.mark.browser
 def test_the_report_fits_800_px_and_is_short_with_its_evidence_folded(demo):
     with browser.Tab(width=1280) as tab:
         tab.open(demo / REPORT_FILE)
@@ -79,6 +85,7 @@ def test_the_report_fits_800_px_and_is_short_with_its_evidence_folded(demo):
                             ".filter(e => e.getBoundingClientRect().right > innerWidth).length") == 0
 
 
+@pytest.mark.browser
 def test_shows_link_opens_the_trajectorys_folded_evidence(demo, capsys):
     rows = pq.read_table(demo / TRAJECTORIES_DIR).to_pylist()
     case = next(r for r in rows if r["under_penalized"])

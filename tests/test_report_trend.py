@@ -31,6 +31,9 @@ from tests import browser, memfs
 from tests.conftest import RUNNER, load_json
 from tests.test_report import PAYLOADS, SCRIPT, Tags, body_tag, group, metrics_doc
 
+# Whole commands, end to end: make test runs them, make check does not.
+pytestmark = pytest.mark.slow
+
 DATES = [f"2026-12-{day:02d}" for day in range(1, 11)]
 POLICY_CHANGE, REGRESSION = "2026-12-06", "2026-12-08"
 AGENT = synthetic.AGENTS[3]  # the one whose misuse is planted

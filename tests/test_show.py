@@ -10,6 +10,9 @@ from pipeline.show import why
 from tests import builders as b
 from tests.conftest import RUNNER
 
+# Whole commands, end to end: make test runs them, make check does not.
+pytestmark = pytest.mark.slow
+
 ESC = "\x1b[2J"
 
 

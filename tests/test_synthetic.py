@@ -72,6 +72,7 @@ def test_fewer_trajectories_than_shards_leaves_valid_empty_shards(tmp_path):
 HOSTILE_REASONS = {c.INVALID_TEXT, c.TOO_LARGE, c.DUPLICATE_TRAJECTORY}
 
 
+@pytest.mark.slow
 def test_every_category_and_reason_occurs(mixed_rows):
     scores = {mode: [score_trajectory(row, mode) for row in mixed_rows] for mode in (c.COMMIT, c.STRICT)}
     categories = {call.category for score in scores[c.COMMIT] for call in score.calls}
@@ -148,6 +149,7 @@ def test_refuses_a_directory_that_already_holds_shards(tmp_path):
         synthetic.generate(str(out), trajectories=10, shards=1)
 
 
+@pytest.mark.slow
 def test_planted_misuse_raises_that_agents_rate(tmp_path):
     agent = synthetic.AGENTS[0]
     rate = lambda table, name: (  # noqa: E731

@@ -10,6 +10,9 @@ from litmus_score.scoring import contract as c
 from litmus_score.scoring.layout import MANIFEST_FILE, METRICS_FILE, SCORED_DIR, TRAJECTORIES_DIR
 from tests.conftest import load_json
 
+# Whole commands, end to end: make test runs them, make check does not.
+pytestmark = pytest.mark.slow
+
 FLAGS = ("misuse", "legacy_misuse", "over_penalized", "under_penalized", "execution_hallucination")
 
 
