@@ -11,8 +11,6 @@ on their way to the metrics (transforms.harness).
 
 from __future__ import annotations
 
-import ctypes
-
 import apache_beam as beam
 import pyarrow as pa
 
@@ -131,18 +129,4 @@ def build(pipeline: beam.Pipeline, config, manifest_header: dict, finish=None) -
     written = outputs | "Write outputs" >> WriteOutputs(config.output, manifest_header)
     if finish is not None:
         written | "Publish the run" >> beam.Map(finish)
-    _settle_memory()
     return len(score.shards)
-
-
-def _settle_memory() -> None:
-    """For the run in this process (DirectRunner's workers are its threads):
-    most of a run's peak RSS is what allocators keep after frees; jemalloc for
-    Arrow's buffers and two glibc arenas for everything else keep less, at no
-    CPU cost (docs/performance.md)."""
-    if "jemalloc" in pa.supported_memory_backends():
-        pa.set_memory_pool(pa.jemalloc_memory_pool())
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(-8, 2)  # M_ARENA_MAX: arenas made from now on
-    except (OSError, AttributeError):
-        pass  # not glibc

@@ -32,7 +32,7 @@ from litmus_score.scoring.layout import (
 from pipeline import graph, publish
 from pipeline.flags import beam_options
 from pipeline.options import RunConfig, validate
-from pipeline.processes import workers_die_with_launcher
+from pipeline.processes import settle_memory, workers_die_with_launcher
 from pipeline.progress import ProgressLine, runs_in_process
 from transforms.files import to_json
 from transforms.read import NoMatchingShards, NoVerdictSource
@@ -167,7 +167,10 @@ class Failed(Exception):
 def execute(pipeline: beam.Pipeline, shards: int | None = None) -> None:
     """Runs `pipeline` to its end (with the progress line for `shards`, where
     it can be drawn); Failed, in one line, if it did not succeed."""
-    progress = shards is not None and runs_in_process(pipeline.options)
+    in_process = runs_in_process(pipeline.options)
+    if in_process:
+        settle_memory()
+    progress = shards is not None and in_process
     try:
         with ProgressLine(shards) if progress else contextlib.nullcontext(), \
                 workers_die_with_launcher(pipeline.options):

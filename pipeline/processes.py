@@ -1,5 +1,6 @@
 """Which process is which, across pid reuse and reboots (Linux's /proc;
-None elsewhere), and a local run's worker processes ended with their launcher.
+None elsewhere), a local run's worker processes ended with their launcher, and
+the allocators a local run keeps its memory in.
 
 `--direct_running_mode=multi_processing` starts SDK workers as child
 processes (through a shell), and a killed launcher leaves them waiting on
@@ -13,6 +14,7 @@ carrying the mark. On systems without /proc and pidfds it does nothing.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import select
 import signal
@@ -95,6 +97,21 @@ def watch(mark: str) -> None:
     if launcher is not None and str(process_start(int(pid))) == start:
         select.select([launcher], [], [])
     _kill_marked(mark)
+
+
+def settle_memory() -> None:
+    """For a run whose workers are this process's threads (DirectRunner):
+    most of a run's peak RSS is what allocators keep after frees; jemalloc for
+    Arrow's buffers and two glibc arenas for everything else keep less, at no
+    CPU cost (docs/performance.md)."""
+    import pyarrow as pa  # here: the watchdog, this module's other user, needs none
+
+    if "jemalloc" in pa.supported_memory_backends():
+        pa.set_memory_pool(pa.jemalloc_memory_pool())
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-8, 2)  # M_ARENA_MAX: arenas made from now on
+    except (OSError, AttributeError):
+        pass  # not glibc
 
 
 if __name__ == "__main__":
