@@ -227,7 +227,7 @@ class ImportLogs(beam.PTransform):
 def manifest_document(reports, header: dict, outputs=()) -> dict:
     """import-manifest.json: the header, every file's report and the totals."""
     files = sorted(reports, key=lambda report: report["file"])
-    by_reason = Counter()
+    by_reason: Counter[str] = Counter()
     for report in files:
         by_reason.update(report["unmapped_by_reason"])
     totals = {key: sum(report[key] for report in files)
