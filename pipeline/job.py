@@ -167,10 +167,10 @@ class Failed(Exception):
 def execute(pipeline: beam.Pipeline, shards: int | None = None) -> None:
     """Runs `pipeline` to its end (with the progress line for `shards`, where
     it can be drawn); Failed, in one line, if it did not succeed."""
-    progress = shards is not None and runs_in_process(pipeline.options)
+    progress = (ProgressLine(shards) if shards is not None and runs_in_process(pipeline.options)
+                else contextlib.nullcontext())
     try:
-        with ProgressLine(shards) if progress else contextlib.nullcontext(), \
-                workers_die_with_launcher(pipeline.options):
+        with progress, workers_die_with_launcher(pipeline.options):
             state = pipeline.run().wait_until_finish()
     except Exception as error:  # whatever a worker raised, as the runner re-raises it
         raise Failed(f"the pipeline failed: {one_line(error)}") from None

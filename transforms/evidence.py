@@ -86,7 +86,8 @@ def batch_evidence(resolved, flags: dict, deciding: dict, codes: np.ndarray, nam
     trajectories, calls = resolved.trajectories, resolved.calls
     owner = calls["trajectory"].to_numpy()
     group, keys = group_codes(trajectories["run_id"], trajectories["agent"])
-    evidence, shown = {}, []  # shown: (case, trajectory row, deciding call)
+    evidence: dict[tuple, dict] = {}
+    shown: list[tuple[dict, int, int]] = []  # (case, trajectory row, deciding call)
     for kind in KINDS:
         rows = np.flatnonzero(flags[kind])
         if not len(rows):
@@ -152,13 +153,13 @@ class EvidenceCombineFn(beam.CombineFn):
         return accumulator
 
     def merge_accumulators(self, accumulators):
-        merged = {}
+        merged: dict = {}
         for accumulator in accumulators:
             self.add_input(merged, accumulator)
         return merged
 
     def extract_output(self, accumulator):
-        groups = {}
+        groups: dict[tuple, dict] = {}
         for (run_id, agent, kind), entry in accumulator.items():
             entry = {"count": entry["count"], "cases": [_with_patch(case) for case in entry["cases"]]}
             groups.setdefault((run_id, agent), {"run_id": run_id, "agent": agent})[kind] = entry

@@ -85,7 +85,7 @@ def agreement_statistics(trajectories: pa.Table, verdicts: dict) -> dict:
     have a harness verdict: {"harness": {verdict name: counts}}. The counts
     hold the trajectories, those the harness calls misuse, and, for each of
     OURS, those both call misuse, only the harness does, only we do."""
-    statistics = {}
+    statistics: dict = {}
     if not verdicts:  # no input keeps a harness verdict: the common case costs nothing
         return statistics
     files = {path for chunk in trajectories["source_file"].chunks for path in chunk.dictionary.to_pylist()}
@@ -98,12 +98,15 @@ def agreement_statistics(trajectories: pa.Table, verdicts: dict) -> dict:
         cell, width = group * len(name_values) + names, len(keys) * len(name_values)
         count = lambda mask: np.bincount(cell[mask], minlength=width)  # noqa: E731, B023 (called in this iteration)
         harness = np.asarray(joined[HARNESS_MISUSE].combine_chunks(), bool)
-        tallies = {"trajectories": count(np.ones(len(cell), bool)), HARNESS_MISUSE: count(harness)}
+        trajectories_per_cell = count(np.ones(len(cell), bool))
+        # Each tally an array over the cells; OURS' tallies a dict of them.
+        tallies: dict[str, np.ndarray | dict[str, np.ndarray]] = {
+            "trajectories": trajectories_per_cell, HARNESS_MISUSE: count(harness)}
         for name in OURS:
             ours = np.asarray(pc.fill_null(joined[name], False).combine_chunks(), bool)
             tallies[name] = {"both": count(harness & ours), "harness_only": count(harness & ~ours),
                              "ours_only": count(~harness & ours)}
-        for at in np.flatnonzero(tallies["trajectories"]).tolist():
+        for at in np.flatnonzero(trajectories_per_cell).tolist():
             counts = {key: ({k: int(v[at]) for k, v in value.items()} if isinstance(value, dict) else int(value[at]))
                       for key, value in tallies.items()}
             key, name = keys[at // len(name_values)], name_values[at % len(name_values)]

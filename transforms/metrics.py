@@ -33,7 +33,7 @@ class RunMetricsCombineFn(beam.CombineFn):
         return m.add_statistics(accumulator, statistics, self._max_slice_keys, self._max_groups)
 
     def merge_accumulators(self, accumulators):
-        merged = {}
+        merged: dict = {}
         for accumulator in accumulators:
             self.add_input(merged, accumulator)
         return merged

@@ -130,7 +130,10 @@ class WriteBundleFn(beam.DoFn):
         self._temp_dir = temp_dir
 
     def start_bundle(self):
-        self._path = self._file = self._writer = None
+        # Path, file and writer are opened together, at the bundle's first table.
+        self._path: str | None = None
+        self._file: DigestingFile | None = None
+        self._writer: pq.ParquetWriter | None = None
         self._rows = 0
 
     def process(self, table: pa.Table):
@@ -144,6 +147,7 @@ class WriteBundleFn(beam.DoFn):
 
     def finish_bundle(self):
         if self._writer is not None:
+            assert self._file is not None and self._path is not None  # opened with the writer
             self._writer.close()
             self._file.close()
             yield GlobalWindows.windowed_value((self._files.key, self._file.entry(self._path, self._rows)))
