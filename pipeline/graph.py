@@ -12,6 +12,7 @@ on their way to the metrics (transforms.harness).
 from __future__ import annotations
 
 import ctypes
+from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
@@ -63,7 +64,7 @@ class ScoreTrajectories(beam.PTransform):
         """The Shards the input patterns matched."""
         return self._read.shards
 
-    def expand(self, pbegin):
+    def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, Any]:
         read = pbegin | "Read shards" >> self._read
         decisions = (
             pbegin

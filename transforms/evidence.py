@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import json
+from collections.abc import Iterable
 
 import apache_beam as beam
 import jsonpatch
@@ -139,26 +140,28 @@ def _with_patch(case: dict) -> dict:
     return {**case, "call": call}
 
 
+@beam.typehints.with_input_types(dict)
+@beam.typehints.with_output_types(dict)
 class EvidenceCombineFn(beam.CombineFn):
     """Per-batch evidence -> evidence.json: counts added, the first MAX_CASES kept."""
 
-    def create_accumulator(self):
+    def create_accumulator(self) -> dict:
         return {}
 
-    def add_input(self, accumulator, evidence):
+    def add_input(self, accumulator: dict, evidence: dict) -> dict:
         for key, entry in evidence.items():
             into = accumulator.setdefault(key, {"count": 0, "cases": []})
             into["count"] += entry["count"]
             into["cases"] = heapq.nsmallest(MAX_CASES, into["cases"] + entry["cases"], key=case_key)
         return accumulator
 
-    def merge_accumulators(self, accumulators):
+    def merge_accumulators(self, accumulators: Iterable[dict]) -> dict:
         merged: dict = {}
         for accumulator in accumulators:
             self.add_input(merged, accumulator)
         return merged
 
-    def extract_output(self, accumulator):
+    def extract_output(self, accumulator: dict) -> dict:
         groups: dict[tuple, dict] = {}
         for (run_id, agent, kind), entry in accumulator.items():
             entry = {"count": entry["count"], "cases": [_with_patch(case) for case in entry["cases"]]}
@@ -171,8 +174,10 @@ class EvidenceCombineFn(beam.CombineFn):
         }
 
 
+@beam.typehints.with_input_types(dict)
+@beam.typehints.with_output_types(dict)
 class CollectEvidence(beam.PTransform):
     """Per-batch evidence -> the single evidence.json document (also for empty input)."""
 
-    def expand(self, evidence):
+    def expand(self, evidence: beam.PCollection[dict]) -> beam.PCollection[dict]:
         return evidence | "Keep the first cases" >> beam.CombineGlobally(EvidenceCombineFn())

@@ -17,6 +17,7 @@ into metrics.json. Shards without the columns cost one footer read.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import apache_beam as beam
 import numpy as np
@@ -27,6 +28,7 @@ import pyarrow.parquet as pq
 from litmus_score.scoring import metrics as m
 from transforms.columnar import encode, group_codes
 from transforms.conform import UNREADABLE
+from transforms.elements import Shard
 from transforms.schema import HARNESS_MISUSE, HARNESS_VERDICT
 from transforms.shardfiles import opened
 
@@ -56,10 +58,12 @@ def read_verdicts(shard):
     return rows.filter(pc.and_(pc.is_valid(rows[HARNESS_VERDICT]), pc.is_valid(rows[HARNESS_MISUSE])))
 
 
+@beam.typehints.with_input_types(Shard)
+@beam.typehints.with_output_types(tuple[str, pa.Table])
 class ReadHarnessVerdictsFn(beam.DoFn):
     """A Shard -> (path, its harness verdicts) where it has any."""
 
-    def process(self, shard):
+    def process(self, shard: Shard) -> Iterator[tuple[str, pa.Table]]:
         if shard.error is not None:
             return
         try:
@@ -114,6 +118,8 @@ def agreement_statistics(trajectories: pa.Table, verdicts: dict) -> dict:
     return statistics
 
 
+@beam.typehints.with_input_types(pa.Table)
+@beam.typehints.with_output_types(dict)
 class CompareWithHarness(beam.PTransform):
     """Scored trajectories (schema.TRAJECTORIES tables) -> per-batch statistics of
     agreement with the harness verdicts of `shards` (litmus_score.scoring.metrics form)."""
@@ -122,7 +128,7 @@ class CompareWithHarness(beam.PTransform):
         super().__init__()
         self._shards = list(shards)
 
-    def expand(self, trajectories):
+    def expand(self, trajectories: beam.PCollection[pa.Table]) -> beam.PCollection[dict]:
         verdicts = (
             trajectories.pipeline
             | "Shards to read harness verdicts of" >> beam.Create(self._shards, reshuffle=False)
@@ -130,6 +136,7 @@ class CompareWithHarness(beam.PTransform):
         )
         return (
             trajectories
-            | "Compare with the harness" >> beam.Map(agreement_statistics, beam.pvalue.AsDict(verdicts))
+            | "Compare with the harness"
+            >> beam.Map(agreement_statistics, beam.pvalue.AsDict(verdicts)).with_output_types(dict)
             | "Keep groups with a harness verdict" >> beam.Filter(bool)
         )
