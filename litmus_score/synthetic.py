@@ -289,7 +289,7 @@ def _draw(rng: np.random.Generator, weights: np.ndarray, rows: np.ndarray) -> np
     return (ticket[:, None] >= cumulative).sum(axis=1)
 
 
-def _position(fraction: np.ndarray, count: np.ndarray) -> np.ndarray:
+def _position(fraction: np.ndarray, count: int | np.ndarray) -> np.ndarray:
     """An index below count, from a uniform fraction in [0, 1)."""
     return np.minimum((fraction * count).astype(np.int64), np.maximum(count - 1, 0))
 
@@ -351,7 +351,7 @@ def _arguments(rng: np.random.Generator, tool: np.ndarray, kind: np.ndarray, by_
 
     order = np.argsort(tool, kind="stable")
     starts = np.searchsorted(tool[order], np.arange(len(TOOLS) + 1))
-    columns = ([], [], [])
+    columns: tuple[list[pa.Array], list[pa.Array], list[pa.Array]] = ([], [], [])
     for t, spec in enumerate(TOOLS):
         calls = order[starts[t]:starts[t + 1]]
         benign_count, dangerous_count = len(spec.benign), len(spec.dangerous)

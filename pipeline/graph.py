@@ -11,6 +11,8 @@ on their way to the metrics (transforms.harness).
 
 from __future__ import annotations
 
+from typing import Any
+
 import apache_beam as beam
 import pyarrow as pa
 
@@ -61,7 +63,7 @@ class ScoreTrajectories(beam.PTransform):
         """The Shards the input patterns matched."""
         return self._read.shards
 
-    def expand(self, pbegin):
+    def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, Any]:
         read = pbegin | "Read shards" >> self._read
         decisions = (
             pbegin

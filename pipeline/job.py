@@ -170,10 +170,9 @@ def execute(pipeline: beam.Pipeline, shards: int | None = None) -> None:
     in_process = runs_in_process(pipeline.options)
     if in_process:
         settle_memory()
-    progress = shards is not None and in_process
+    progress = ProgressLine(shards) if shards is not None and in_process else contextlib.nullcontext()
     try:
-        with ProgressLine(shards) if progress else contextlib.nullcontext(), \
-                workers_die_with_launcher(pipeline.options):
+        with progress, workers_die_with_launcher(pipeline.options):
             state = pipeline.run().wait_until_finish()
     except Exception as error:  # whatever a worker raised, as the runner re-raises it
         raise Failed(f"the pipeline failed: {one_line(error)}") from None

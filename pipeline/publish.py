@@ -74,7 +74,7 @@ def _listing(folder: str) -> dict:
         if not os.path.isdir(folder):
             raise PublishError(f"output {folder!r} is a file, not a folder")
         return {name: [os.path.join(folder, name)] for name in os.listdir(folder)}
-    names = {}
+    names: dict[str, list[str]] = {}
     prefix = FileSystems.join(folder, "")
     for found in FileSystems.match([FileSystems.join(folder, "**")])[0].metadata_list:
         names.setdefault(found.path[len(prefix):].split("/", 1)[0], []).append(found.path)

@@ -18,6 +18,8 @@ from litmus_score.scoring import contract as c
 from litmus_score.scoring.layout import EVIDENCE_FILE, REPORT_FILE, SCORED_DIR, TRAJECTORIES_DIR, UNSCORED_DIR
 
 WIDE = 60  # arguments and other long values are cut here
+# A commit's state_mutated, in words (null: not recorded).
+_STATE: dict[bool | None, str] = {True: "state changed", False: "state unchanged"}
 
 
 def _t(value, limit: int = text.TERMINAL_CHARS) -> str:
@@ -54,7 +56,7 @@ def _matching_rows(output: str, manifest: dict, folder: str, trajectory_id: str,
 def _environment(outcome, status, mutated) -> str:
     if outcome is None:
         return "no commit"
-    state = {True: "state changed", False: "state unchanged"}.get(mutated, "state unknown")
+    state = _STATE.get(mutated, "state unknown")
     return f"{_t(outcome, 24)}{f' {status}' if status is not None else ''}, {state}"
 
 
@@ -67,7 +69,7 @@ def why(call: dict, mode: str) -> str:
         parts[0] += " and at commit" if v == p else f", {said.get(v, _t(v, 12))} at commit"
     outcome, status, mutated = call.get("outcome"), call.get("status_code"), call.get("state_mutated")
     code = f" ({status})" if status is not None else ""
-    state = {True: "state changed", False: "state unchanged"}.get(mutated, "state unknown")
+    state = _STATE.get(mutated, "state unknown")
     if outcome is None:
         parts.append("no commit recorded")
     elif outcome == c.COMMITTED:

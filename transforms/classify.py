@@ -8,6 +8,8 @@ the nested form of litmus_score.scoring.metrics) for the metrics combine.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
@@ -181,7 +183,7 @@ class ClassifyFn(beam.DoFn):
         self._trajectories = Metrics.counter(NAMESPACE, "trajectories_scored")
         self._calls = Metrics.counter(NAMESPACE, "calls_scored")
 
-    def process(self, resolved: Resolved):
+    def process(self, resolved: Resolved) -> Iterator[pa.Table | beam.pvalue.TaggedOutput]:
         trajectories, calls = resolved.trajectories, resolved.calls
         n = trajectories.num_rows
         if n == 0:
@@ -253,6 +255,7 @@ class ClassifyFn(beam.DoFn):
         )
 
 
+@beam.typehints.with_input_types(Resolved)
 class Classify(beam.PTransform):
     """Resolved -> scored-call tables (main), scored-trajectory tables
     (`trajectories`), per-group statistics (`stats`) and the batch's evidence
@@ -262,7 +265,7 @@ class Classify(beam.PTransform):
         super().__init__()
         self._mode = c.check_mode(mode)
 
-    def expand(self, resolved):
+    def expand(self, resolved: beam.PCollection[Resolved]) -> beam.pvalue.DoOutputsTuple:
         return resolved | "Classify calls" >> (
             beam.ParDo(ClassifyFn(self._mode))
             .with_output_types(pa.Table, **{Tag.STATS: dict, Tag.TRAJECTORIES: pa.Table, Tag.EVIDENCE: dict})

@@ -64,7 +64,7 @@ class ArrowCoder(beam.coders.Coder):
         return hash(type(self))
 
 
-def registered(coder: type) -> type:
+def registered(coder: type[ArrowCoder]) -> type[ArrowCoder]:
     """Class decorator: `coder` becomes the coder of its element type."""
     beam.coders.registry.register_coder(coder.element_type, coder)
     return coder

@@ -156,7 +156,9 @@ def conform_array(array: pa.Array, target: pa.DataType, path: str,
             raise ColumnTypeError(path, array.type, target)
         present = {array.type.field(i).name for i in range(array.type.num_fields)}
         valid = ~np.asarray(array.is_null(), bool)
-        children, flags, unread = [], {}, {}
+        children: list[pa.Array] = []
+        flags: dict[tuple[str, str], np.ndarray] = {}
+        unread: dict[str, str] = {}
         for f in target:
             if f.name not in present:
                 children.append(pa.nulls(len(array), f.type))

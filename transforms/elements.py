@@ -9,6 +9,14 @@ tagged outputs are named by `Tag`.
     RecordBatch  trajectories, read and conformed (schema.TRAJECTORY + provenance and read flags)
     Checked      a batch and its complete rows  -> Resolve contexts
     Resolved     scored calls' contexts settled -> Classify
+
+Each stage names the element type it takes (and gives, where it gives one
+PCollection) with `@beam.typehints.with_input_types`/`with_output_types` on
+its class, and its ParDos name their tagged outputs' types: pipeline type
+checking compares them where stages meet, when the graph is built. The
+`expand()` annotations say the same for mypy and readers; Beam reads none
+of them (the modules postpone annotations, which leaves Beam strings), and
+it would only warn about a dict or tuple of outputs as a return type.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import json
+from collections.abc import Iterable
 
 import apache_beam as beam
 import jsonpatch
@@ -86,7 +87,8 @@ def batch_evidence(resolved, flags: dict, deciding: dict, codes: np.ndarray, nam
     trajectories, calls = resolved.trajectories, resolved.calls
     owner = calls["trajectory"].to_numpy()
     group, keys = group_codes(trajectories["run_id"], trajectories["agent"])
-    evidence, shown = {}, []  # shown: (case, trajectory row, deciding call)
+    evidence: dict[tuple, dict] = {}
+    shown: list[tuple[dict, int, int]] = []  # (case, trajectory row, deciding call)
     for kind in KINDS:
         rows = np.flatnonzero(flags[kind])
         if not len(rows):
@@ -138,27 +140,29 @@ def _with_patch(case: dict) -> dict:
     return {**case, "call": call}
 
 
+@beam.typehints.with_input_types(dict)
+@beam.typehints.with_output_types(dict)
 class EvidenceCombineFn(beam.CombineFn):
     """Per-batch evidence -> evidence.json: counts added, the first MAX_CASES kept."""
 
-    def create_accumulator(self):
+    def create_accumulator(self) -> dict:
         return {}
 
-    def add_input(self, accumulator, evidence):
+    def add_input(self, accumulator: dict, evidence: dict) -> dict:
         for key, entry in evidence.items():
             into = accumulator.setdefault(key, {"count": 0, "cases": []})
             into["count"] += entry["count"]
             into["cases"] = heapq.nsmallest(MAX_CASES, into["cases"] + entry["cases"], key=case_key)
         return accumulator
 
-    def merge_accumulators(self, accumulators):
-        merged = {}
+    def merge_accumulators(self, accumulators: Iterable[dict]) -> dict:
+        merged: dict = {}
         for accumulator in accumulators:
             self.add_input(merged, accumulator)
         return merged
 
-    def extract_output(self, accumulator):
-        groups = {}
+    def extract_output(self, accumulator: dict) -> dict:
+        groups: dict[tuple, dict] = {}
         for (run_id, agent, kind), entry in accumulator.items():
             entry = {"count": entry["count"], "cases": [_with_patch(case) for case in entry["cases"]]}
             groups.setdefault((run_id, agent), {"run_id": run_id, "agent": agent})[kind] = entry
@@ -170,8 +174,10 @@ class EvidenceCombineFn(beam.CombineFn):
         }
 
 
+@beam.typehints.with_input_types(dict)
+@beam.typehints.with_output_types(dict)
 class CollectEvidence(beam.PTransform):
     """Per-batch evidence -> the single evidence.json document (also for empty input)."""
 
-    def expand(self, evidence):
+    def expand(self, evidence: beam.PCollection[dict]) -> beam.PCollection[dict]:
         return evidence | "Keep the first cases" >> beam.CombineGlobally(EvidenceCombineFn())

@@ -17,6 +17,7 @@ into metrics.json. Shards without the columns cost one footer read.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import apache_beam as beam
 import numpy as np
@@ -27,6 +28,7 @@ import pyarrow.parquet as pq
 from litmus_score.scoring import metrics as m
 from transforms.columnar import encode, group_codes
 from transforms.conform import UNREADABLE
+from transforms.elements import Shard
 from transforms.schema import HARNESS_MISUSE, HARNESS_VERDICT
 from transforms.shardfiles import opened
 
@@ -56,10 +58,12 @@ def read_verdicts(shard):
     return rows.filter(pc.and_(pc.is_valid(rows[HARNESS_VERDICT]), pc.is_valid(rows[HARNESS_MISUSE])))
 
 
+@beam.typehints.with_input_types(Shard)
+@beam.typehints.with_output_types(tuple[str, pa.Table])
 class ReadHarnessVerdictsFn(beam.DoFn):
     """A Shard -> (path, its harness verdicts) where it has any."""
 
-    def process(self, shard):
+    def process(self, shard: Shard) -> Iterator[tuple[str, pa.Table]]:
         if shard.error is not None:
             return
         try:
@@ -85,7 +89,7 @@ def agreement_statistics(trajectories: pa.Table, verdicts: dict) -> dict:
     have a harness verdict: {"harness": {verdict name: counts}}. The counts
     hold the trajectories, those the harness calls misuse, and, for each of
     OURS, those both call misuse, only the harness does, only we do."""
-    statistics = {}
+    statistics: dict = {}
     if not verdicts:  # no input keeps a harness verdict: the common case costs nothing
         return statistics
     files = {path for chunk in trajectories["source_file"].chunks for path in chunk.dictionary.to_pylist()}
@@ -98,12 +102,15 @@ def agreement_statistics(trajectories: pa.Table, verdicts: dict) -> dict:
         cell, width = group * len(name_values) + names, len(keys) * len(name_values)
         count = lambda mask: np.bincount(cell[mask], minlength=width)  # noqa: E731, B023 (called in this iteration)
         harness = np.asarray(joined[HARNESS_MISUSE].combine_chunks(), bool)
-        tallies = {"trajectories": count(np.ones(len(cell), bool)), HARNESS_MISUSE: count(harness)}
+        trajectories_per_cell = count(np.ones(len(cell), bool))
+        # Each tally an array over the cells; OURS' tallies a dict of them.
+        tallies: dict[str, np.ndarray | dict[str, np.ndarray]] = {
+            "trajectories": trajectories_per_cell, HARNESS_MISUSE: count(harness)}
         for name in OURS:
             ours = np.asarray(pc.fill_null(joined[name], False).combine_chunks(), bool)
             tallies[name] = {"both": count(harness & ours), "harness_only": count(harness & ~ours),
                              "ours_only": count(~harness & ours)}
-        for at in np.flatnonzero(tallies["trajectories"]).tolist():
+        for at in np.flatnonzero(trajectories_per_cell).tolist():
             counts = {key: ({k: int(v[at]) for k, v in value.items()} if isinstance(value, dict) else int(value[at]))
                       for key, value in tallies.items()}
             key, name = keys[at // len(name_values)], name_values[at % len(name_values)]
@@ -111,6 +118,8 @@ def agreement_statistics(trajectories: pa.Table, verdicts: dict) -> dict:
     return statistics
 
 
+@beam.typehints.with_input_types(pa.Table)
+@beam.typehints.with_output_types(dict)
 class CompareWithHarness(beam.PTransform):
     """Scored trajectories (schema.TRAJECTORIES tables) -> per-batch statistics of
     agreement with the harness verdicts of `shards` (litmus_score.scoring.metrics form)."""
@@ -119,7 +128,7 @@ class CompareWithHarness(beam.PTransform):
         super().__init__()
         self._shards = list(shards)
 
-    def expand(self, trajectories):
+    def expand(self, trajectories: beam.PCollection[pa.Table]) -> beam.PCollection[dict]:
         verdicts = (
             trajectories.pipeline
             | "Shards to read harness verdicts of" >> beam.Create(self._shards, reshuffle=False)
@@ -127,6 +136,7 @@ class CompareWithHarness(beam.PTransform):
         )
         return (
             trajectories
-            | "Compare with the harness" >> beam.Map(agreement_statistics, beam.pvalue.AsDict(verdicts))
+            | "Compare with the harness"
+            >> beam.Map(agreement_statistics, beam.pvalue.AsDict(verdicts)).with_output_types(dict)
             | "Keep groups with a harness verdict" >> beam.Filter(bool)
         )

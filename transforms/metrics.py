@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import apache_beam as beam
 
 from litmus_score.scoring import contract as c
 from litmus_score.scoring import metrics as m
 
 
+@beam.typehints.with_input_types(dict)
+@beam.typehints.with_output_types(dict)
 class RunMetricsCombineFn(beam.CombineFn):
     """Per-batch statistics ({(run_id, agent): stats, m.INPUTS: counts}) -> the metrics.json document.
 
@@ -26,23 +30,25 @@ class RunMetricsCombineFn(beam.CombineFn):
             raise ValueError(f"Invalid max_groups: must be positive, got {max_groups}")
         self._max_groups = max_groups
 
-    def create_accumulator(self):
+    def create_accumulator(self) -> dict:
         return {}
 
-    def add_input(self, accumulator, statistics):
+    def add_input(self, accumulator: dict, statistics: dict) -> dict:
         return m.add_statistics(accumulator, statistics, self._max_slice_keys, self._max_groups)
 
-    def merge_accumulators(self, accumulators):
-        merged = {}
+    def merge_accumulators(self, accumulators: Iterable[dict]) -> dict:
+        merged: dict = {}
         for accumulator in accumulators:
             self.add_input(merged, accumulator)
         return merged
 
-    def extract_output(self, accumulator):
+    def extract_output(self, accumulator: dict) -> dict:
         return m.metrics_document(accumulator, self._mode, self._policy_sha256, self._max_slice_keys,
                                   self._max_groups)
 
 
+@beam.typehints.with_input_types(dict)
+@beam.typehints.with_output_types(dict)
 class ComputeMetrics(beam.PTransform):
     """Per-batch statistics -> a single metrics.json document (also for empty input)."""
 
@@ -51,5 +57,5 @@ class ComputeMetrics(beam.PTransform):
         super().__init__()
         self._combine = RunMetricsCombineFn(mode, policy_sha256, max_slice_keys, max_groups)
 
-    def expand(self, statistics):
+    def expand(self, statistics: beam.PCollection[dict]) -> beam.PCollection[dict]:
         return statistics | "Combine run metrics" >> beam.CombineGlobally(self._combine)

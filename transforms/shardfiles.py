@@ -168,7 +168,8 @@ def _hidden(relative: str) -> bool:
 def _local_folder(folder: str):
     """(path, error) of every shard under a local folder; linked folders are
     followed once each, and a folder that cannot be listed is named."""
-    found, seen = [], set()
+    found: list[tuple[str, str | None]] = []  # (path, why it cannot be read)
+    seen = set()
 
     def unlisted(error):
         found.append((error.filename, f"a folder that cannot be listed: {error.strerror or error}"))
@@ -263,7 +264,8 @@ def _read_once(shards: list) -> list:
         return shards
     with ThreadPoolExecutor(_MATCH_THREADS) as pool:
         digests = dict(zip((shard.path for shard in candidates), pool.map(content_sha256, candidates)))
-    first, copies = {}, defaultdict(list)
+    first: dict[str, str] = {}  # digest -> the path kept
+    copies = defaultdict(list)
     for shard in shards:  # sorted by path: the first of identical files is kept
         digest = digests.get(shard.path)
         if digest is None:
@@ -281,7 +283,7 @@ def match_shards(patterns) -> list:
     often and under whatever spellings it was matched, one per set of
     byte-identical files, each with its identity. Every pattern must match
     something (NoMatchingShards)."""
-    found = {}
+    found: dict[str, tuple[str, set[str], str | None]] = {}  # canonical path -> (path, aliases, error)
     for pattern in patterns:
         entries = _local_entries(pattern) if _is_local(pattern) else _remote_entries(pattern)
         if not entries:

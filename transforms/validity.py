@@ -53,7 +53,7 @@ def validity_statistics(batch: pa.RecordBatch, flat: FlatCalls, masks: dict) -> 
     cell = group[flat.row[audited]] * len(tool_names) + tool
     width = len(keys) * len(tool_names)
     counts = {name: np.bincount(cell[mask[audited]], minlength=width) for name, mask in masks.items()}
-    stats = {}
+    stats: dict[tuple, dict] = {}
     for slot in np.flatnonzero(counts["calls"]).tolist():
         g, t = divmod(slot, len(tool_names))
         tools = stats.setdefault(keys[g], {"validity": {}})["validity"]

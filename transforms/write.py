@@ -25,13 +25,16 @@ The launcher completes the run (pipeline.publish): report, manifest, _SUCCESS.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
+from apache_beam.utils.windowed_value import WindowedValue
 
 from litmus_score.scoring.layout import (
     EVIDENCE_FILE,
@@ -121,6 +124,8 @@ def _write_empty(path: str, files: FileSet) -> DigestingFile:
     return digesting
 
 
+@beam.typehints.with_input_types(pa.Table)
+@beam.typehints.with_output_types(tuple[str, dict])
 class WriteBundleFn(beam.DoFn):
     """pa.Tables -> one temporary Parquet file per bundle; emits (file set key,
     entry): the temporary path with the file's rows, bytes and sha256."""
@@ -130,10 +135,13 @@ class WriteBundleFn(beam.DoFn):
         self._temp_dir = temp_dir
 
     def start_bundle(self):
-        self._path = self._file = self._writer = None
+        # Path, file and writer are opened together, at the bundle's first table.
+        self._path: str | None = None
+        self._file: DigestingFile | None = None
+        self._writer: pq.ParquetWriter | None = None
         self._rows = 0
 
-    def process(self, table: pa.Table):
+    def process(self, table: pa.Table) -> None:
         if self._writer is None:
             # A fresh name per attempt: a retried bundle never meets its earlier file.
             self._path = FileSystems.join(self._temp_dir, f"{self._files.prefix}-{uuid.uuid4().hex}.parquet")
@@ -142,8 +150,9 @@ class WriteBundleFn(beam.DoFn):
         self._writer.write_table(table)
         self._rows += table.num_rows
 
-    def finish_bundle(self):
+    def finish_bundle(self) -> Iterator[WindowedValue]:
         if self._writer is not None:
+            assert self._file is not None and self._path is not None  # opened with the writer
             self._writer.close()
             self._file.close()
             yield GlobalWindows.windowed_value((self._files.key, self._file.entry(self._path, self._rows)))
@@ -188,6 +197,9 @@ def _delete_folder(folder: str) -> None:
 _READ, _WRITTEN, _METRICS, _EVIDENCE = "read", "written", "metrics", "evidence"
 
 
+# The outputs of pipeline.graph.ScoreTrajectories, by key; `unscored` is a dict of PCollections of them.
+@beam.typehints.with_input_types(scored=pa.Table, trajectories=pa.Table, evidence=dict, unscored=pa.Table,
+                                 metrics=dict, shard_reports=dict)
 class WriteOutputs(beam.PTransform):
     """Writes scored and UNSCORED tables, metrics and the manifest under `output`.
 
@@ -205,7 +217,7 @@ class WriteOutputs(beam.PTransform):
         self._output = output.rstrip("/") or "/"
         self._header = manifest_header
 
-    def expand(self, outputs):
+    def expand(self, outputs: dict[str, Any]) -> beam.PCollection[None]:
         header, output = self._header, self._output
         temp_dir = FileSystems.join(output, TEMP_PREFIX + uuid.uuid4().hex)
         tables = {files: outputs[key] for key, files in FILE_SETS.items() if key in outputs} | {

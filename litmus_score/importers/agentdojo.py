@@ -77,7 +77,8 @@ def map_episode(result, benchmark_version, source: str, principal: str) -> tuple
     """(Trajectory, [Unmapped]) for one TaskResults."""
     messages = result.messages
     trajectory_id = f"{result.suite_name}/{result.user_task_id}/{result.attack_type}/{result.injection_task_id}"
-    calls, unmapped = [], []
+    calls: list[dict] = []
+    unmapped: list[r.Unmapped] = []
     for index, message in enumerate(messages):
         if message["role"] != "assistant" or not message.get("tool_calls"):
             continue

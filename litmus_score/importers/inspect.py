@@ -22,6 +22,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -156,7 +157,7 @@ class _Spans:
 
 def _written_calls(messages) -> dict:
     """call id -> ToolCall of the assistant messages' tool calls, in conversation order."""
-    written = {}
+    written: dict[str, Any] = {}  # inspect_ai's ToolCall, imported only where the importer runs
     for message in messages or ():
         if message.role == "assistant":
             for tool_call in message.tool_calls or ():
@@ -185,13 +186,13 @@ def map_calls(events, messages, principal: str, where: str, trajectory_id: str) 
     approvals = defaultdict(list)
     tool_events = {}  # call id -> (ToolEvent, its tool span id, event index)
     mutated_spans = set()
-    first_approval = {}  # call id -> index of its first ApprovalEvent
+    first_approval: dict[str, int] = {}  # call id -> index of its first ApprovalEvent
 
     def runtime_saw(call_id) -> None:
         if call_id not in proposals and call_id in written:
             proposals[call_id] = (written[call_id], None)
 
-    previous = None
+    previous: Any = None  # the event before, of inspect_ai's Event union (imported only where the importer runs)
     for index, event in enumerate(events):
         kind = event.event
         if kind == "span_begin":

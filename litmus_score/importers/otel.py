@@ -216,7 +216,8 @@ def map_conversation(key: str, spans, source: str, principal: str) -> tuple:
                 continue
             executions[call_id] = (span, attributes)
 
-    calls, from_log = [], {r.PROPOSAL: 0, r.COMMIT: 0}
+    calls: list[dict] = []
+    from_log = {r.PROPOSAL: 0, r.COMMIT: 0}
     for call_id, (part, chat, chat_attributes) in proposals.items():
         arguments = r.arguments_json(_json_object(part.get("arguments")))
         who, named = _principal(chat_attributes, principal)

@@ -94,6 +94,7 @@ def local_copy(path: str):
         yield copy.name
 
 
+@beam.typehints.with_input_types(str)
 class ImportLogFn(beam.DoFn):
     """A log file -> pa.Tables of trajectories; unmapped entries and one
     report per file on the tagged outputs."""
@@ -209,7 +210,7 @@ class ImportLogs(beam.PTransform):
         self.files = match_logs(list(patterns), module.SUFFIXES)
         self.schema = r.shard_schema(module.EXTRA_FIELDS)
 
-    def expand(self, pbegin):
+    def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
         imported = (
             pbegin
             | "Log files" >> beam.Create(self.files, reshuffle=False)
@@ -227,7 +228,7 @@ class ImportLogs(beam.PTransform):
 def manifest_document(reports, header: dict, outputs=()) -> dict:
     """import-manifest.json: the header, every file's report and the totals."""
     files = sorted(reports, key=lambda report: report["file"])
-    by_reason = Counter()
+    by_reason: Counter[str] = Counter()
     for report in files:
         by_reason.update(report["unmapped_by_reason"])
     totals = {key: sum(report[key] for report in files)
@@ -257,6 +258,7 @@ def incomplete(manifest: dict) -> bool:
 _REPORT, _WRITTEN = "report", "written"
 
 
+@beam.typehints.with_input_types(**{TRAJECTORIES_DIR: pa.Table, UNMAPPED_TAG: pa.Table, REPORTS_TAG: dict})
 class WriteImport(beam.PTransform):
     """Writes an ImportLogs result under `output`: trajectories/ and unmapped/
     Parquet files (committed as the scoring job commits its own), then
@@ -270,7 +272,7 @@ class WriteImport(beam.PTransform):
         self._tables = {TRAJECTORIES_DIR: FileSet(TRAJECTORIES_DIR, "part", schema, kind=SHARD_KIND),
                         UNMAPPED_DIR: FileSet(UNMAPPED_DIR, "part", r.UNMAPPED)}
 
-    def expand(self, imported):
+    def expand(self, imported: dict[str, beam.PCollection]) -> beam.PCollection[None]:
         output, header, file_sets = self._output, self._header, list(self._tables.values())
         temp_dir = FileSystems.join(output, f".temp-{uuid.uuid4().hex}")
         manifest_path = FileSystems.join(output, IMPORT_MANIFEST_FILE)

@@ -126,8 +126,9 @@ def commit(resolved_arguments, principal, outcome: str, state_mutated: bool | No
             "state_mutated": state_mutated}
 
 
-def call(call_id: str, step: int, tool: str, arguments: str | None, proposal: dict,
+def call(call_id: str, step: int, tool: str | None, arguments: str | None, proposal: dict,
          commit_: dict | None) -> dict:
+    """A contract call; a log without the tool's name leaves it null, for completeness to unscore."""
     return {"call_id": call_id, "step": step, "tool": tool, "arguments": arguments, "proposal": proposal,
             "commit": commit_}
 

@@ -84,7 +84,8 @@ def evidence_view(evidence: dict | None, max_groups: int) -> dict | None:
     """Per group with cases, per kind: the cases shown and how many are not."""
     if evidence is None:
         return None
-    groups, anchors = [], set()
+    groups = []
+    anchors: set[str] = set()
     for group in (evidence.get("groups") or [])[:max_groups]:
         kinds = []
         for kind, title in KIND_TITLES.items():

@@ -15,6 +15,8 @@ between two segments. trend.html is rendered from trend.json alone
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from litmus_score.scoring.compare import rules_changed, rules_of
 from litmus_score.scoring.stats import wilson_interval
 
@@ -68,7 +70,7 @@ def _night_entry(night: dict, previous: dict | None, segment: int) -> dict:
     }
 
 
-def trend_document(nights: list, skipped: list = ()) -> dict:
+def trend_document(nights: list, skipped: Sequence = ()) -> dict:
     """trend.json for nights oldest first (read_nights' form)."""
     entries, previous, segment = [], None, 0
     for night in nights:
@@ -76,7 +78,8 @@ def trend_document(nights: list, skipped: list = ()) -> dict:
             segment += 1
         entries.append(_night_entry(night, previous, segment))
         previous = night
-    series, totals = {}, []
+    series: dict[str | None, list[dict]] = {}
+    totals = []
     for night, entry in zip(nights, entries):
         for agent, (scored, misuse, legacy) in _pooled_agents(night["metrics"]).items():
             series.setdefault(agent, []).append(_point(entry, scored, misuse, legacy, agent in entry["regressions"]))

@@ -69,7 +69,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, model_validator
 from pydantic_core import PydanticCustomError
@@ -80,7 +80,9 @@ from litmus_score.scoring import contract as c
 from litmus_score.scoring.layout import COMPARISON_SCHEMA, NO_TASK, OTHER
 from litmus_score.scoring.stats import Z95, wilson_interval
 
-THRESHOLDS_SCHEMA = "litmus-thresholds/1"
+# The schema name a thresholds file gives: a Literal takes no variable, so the constant reads it back.
+ThresholdsSchema = Literal["litmus-thresholds/1"]
+THRESHOLDS_SCHEMA: str = get_args(ThresholdsSchema)[0]
 MAX_THRESHOLDS_BYTES = 64 * 1024
 
 REGRESSION = "regression"
@@ -144,7 +146,7 @@ class MisuseRateThreshold(_Model):
 class Thresholds(_Model):
     """A validated thresholds file."""
 
-    schema_: Literal[THRESHOLDS_SCHEMA] = Field(alias="schema")
+    schema_: ThresholdsSchema = Field(alias="schema")
     min_scored_trajectories: int = Field(ge=1)
     misuse_rate: MisuseRateThreshold
 
@@ -308,6 +310,8 @@ def _judge(new: _Pooled, old: _Pooled, thresholds: Thresholds) -> dict:
     if not exceeded:
         reasons.append("rise within the bounds" if rise > 0 else "misuse rate did not rise")
         return {**entry, "verdict": OK, "reasons": reasons}
+    # Both runs passed min_scored_trajectories (at least 1) above, so the interval exists.
+    assert interval is not None
     significant = interval[0] > 0
     reasons += exceeded
     reasons.append(

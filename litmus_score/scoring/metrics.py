@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from typing import Any
 
 from litmus_score.scoring import contract as c
 from litmus_score.scoring.layout import NO_TASK, OTHER
@@ -185,7 +186,7 @@ def add_trajectory(groups: dict, row: Mapping, score) -> dict:
         "execution_hallucination": int(refused and misuse),
         "policy_disagreements": sum(s.policy_disagreement for s in score.calls),
     })
-    per_tool = {}
+    per_tool: dict[str, dict[str, Any]] = {}
     for call, s in zip(row["calls"], score.calls):
         merge(stats["categories"], {s.category: 1})
         commit = call.get("commit")

@@ -84,7 +84,7 @@ import hashlib
 import json
 import operator
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import re2
 from pydantic import (
@@ -105,7 +105,9 @@ from litmus_score.scoring import configfile
 from litmus_score.scoring import contract as c
 from litmus_score.scoring.rules import canonical_json
 
-POLICY_SCHEMA = "litmus-policy/1"
+# The schema name a policy file gives: a Literal takes no variable, so the constant reads it back.
+PolicySchema = Literal["litmus-policy/1"]
+POLICY_SCHEMA: str = get_args(PolicySchema)[0]
 MAX_POLICY_BYTES = 1024 * 1024
 MAX_PATTERN_LENGTH = 256
 # Long enough for a path, an address or an SQL statement; beyond it a pattern
@@ -347,6 +349,7 @@ class PrincipalCondition(_Model):
     def test(self, principal: str) -> bool:
         if self.in_ is not None:
             return principal in self.in_
+        assert self.not_in is not None  # _one_operator: exactly one of in, not_in is given
         return principal not in self.not_in
 
 
@@ -371,7 +374,7 @@ class Rule(_Model):
         return self.tool is not None and _GLOB_CHARACTERS.search(self.tool) is not None
 
     def tool_matches(self, tool) -> bool:
-        if self.is_glob:
+        if self.tool is not None and self.is_glob:
             return isinstance(tool, str) and glob_matches(self.tool, tool)
         return self.tool is None or tool == self.tool
 
@@ -382,7 +385,7 @@ class Rule(_Model):
         """True when the rule matches, None when a condition could not be decided."""
         if not (self.tool_matches(tool) and self.principal_matches(principal)):
             return False
-        result = True
+        result: bool | None = True
         for condition in self.when:
             holds = condition.test(arguments)
             if holds is False:
@@ -395,7 +398,7 @@ class Rule(_Model):
 class PolicyDocument(_Model):
     """A validated policy; call it as litmus_score.scoring.rules.Policy."""
 
-    schema_: Literal[POLICY_SCHEMA] = Field(alias="schema")
+    schema_: PolicySchema = Field(alias="schema")
     default: Literal["allow", "deny"] | None = None
     allowed_principals: list[Principal] | None = Field(None, min_length=1)
     tools: list[ToolName] = []
@@ -408,7 +411,7 @@ class PolicyDocument(_Model):
     @field_validator("rules")
     @classmethod
     def _unique_ids(cls, rules):
-        first = {}
+        first: dict[str, int] = {}
         for index, rule in enumerate(rules):
             if rule.id in first:
                 raise _fail(f"duplicate rule id {rule.id!r} (rules[{first[rule.id]}] and rules[{index}])")

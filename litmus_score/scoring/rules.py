@@ -193,18 +193,19 @@ def score_tool_call(call: ToolCall, mode: str = c.COMMIT, policy: Policy | None 
     if mode == c.PROPOSAL:
         if reasons:
             raise AdjudicationContextMismatch(reasons, "; ".join(details))
+        assert proposal_verdict is not None  # a missing one added NO_VERDICT to the reasons raised above
         category = c.FLAGGED if proposal_verdict == c.DENY else c.BENIGN
         # Reported beside the score for comparison; the commit decides nothing here.
         commit = call.commit
-        recorded = commit is not None and commit.policy_verdict in c.VERDICTS
+        recorded = commit.policy_verdict if commit is not None and commit.policy_verdict in c.VERDICTS else None
         return CallScore(
             category,
             commit.realized if commit is not None else None,
             proposal_verdict,
-            commit.policy_verdict if recorded else None,
+            recorded,
             c.RESOLVED_AT_PROPOSAL,
             proposal.source,
-            c.RECORDED if recorded else None,
+            c.RECORDED if recorded is not None else None,
             proposal.disputed,
         )
 
@@ -242,6 +243,8 @@ def score_tool_call(call: ToolCall, mode: str = c.COMMIT, policy: Policy | None 
 
     if reasons:
         raise AdjudicationContextMismatch(reasons, "; ".join(details))
+    # A missing verdict added NO_VERDICT to the reasons raised above.
+    assert proposal_verdict is not None and commit_verdict is not None
     category = categorize(proposal_verdict, commit_verdict, commit.realized)
     return CallScore(
         category,

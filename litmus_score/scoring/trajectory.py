@@ -213,7 +213,10 @@ def score_trajectory(row: Mapping, mode: str = c.COMMIT, policy: Policy | None =
     reasons, detail = check_completeness(row, bounds)
     if reasons:
         return TrajectoryScore(c.order_reasons(reasons), detail)
-    scores, call_reasons, details, validity = [], [], [], []
+    scores: list[CallScore] = []
+    call_reasons: list[str] = []
+    details: list[str] = []
+    validity: list[tuple[str, dict]] = []
     for call in row["calls"]:
         audited = call_validity(tool_call(call), policy)
         if audited is not None:
@@ -246,7 +249,7 @@ def resolve_duplicates(copies) -> dict:
     copies that differ are all in conflict. Rows whose key is unique, or
     None, are not in the result.
     """
-    by_key = {}
+    by_key: dict[Any, list[tuple[Any, Any]]] = {}
     for origin, key, content in copies:
         if key is not None:
             by_key.setdefault(key, []).append((origin, content))

@@ -55,7 +55,9 @@ def call_validity(call: ToolCall, policy: Policy | None = None) -> dict | None:
     commit = call.commit
     arguments = parse_json_object(call.arguments)
     proposal_args = parse_json_object(call.proposal.resolved_arguments)
-    commit_args = parse_json_object(commit.resolved_arguments) if commit is not None else None
+    if commit is None:
+        return None
+    commit_args = parse_json_object(commit.resolved_arguments)
     if arguments is None or proposal_args is None or commit_args is None:
         return None
     p = resolve_verdict(call.proposal, call.tool, proposal_args, policy).value
