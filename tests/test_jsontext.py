@@ -365,3 +365,18 @@ def test_a_path_key_is_matched_as_decoded(compiled):
     assert found[("a",)].numbers[:2].tolist() == [2.0, 3.0] and found[("a",)].kinds[2:].tolist() == [0, 0]
     assert found[("\ud800",)].kinds.tolist() == [0, 0, jsontext.STRING, 0]
     assert found[("a\x00b",)].truth.tolist() == [False, False, False, True]
+
+
+@pytest.mark.parametrize("compiled", IMPLEMENTATIONS, ids=IDS)
+def test_an_integer_python_refuses_to_read_makes_malformed_arguments(compiled):
+    # json.loads refuses integers longer than sys.get_int_max_str_digits() (4300 by default): not an object.
+    from tests import builders as b
+    from tests.test_agreement import reference, vectorized
+
+    long = '{"n": ' + "7" * 5000 + "}"
+    rows = [b.trajectory("t0", [b.call(arguments=long)]), b.trajectory("t1", [b.call(proposal=b.context(args=long))])]
+    with jsontext.implementation(compiled):
+        assert jsontext.json_objects(text_array([long, '{"n": ' + "7" * 640 + "}"])).tolist() == [False, True]
+        found = vectorized(rows, "commit", 4)
+    assert found == reference(rows, "commit")
+    assert found[1] == {"t0": ["unscored_calls", "malformed_arguments"], "t1": ["unscored_calls", "malformed_arguments"]}
