@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-$(BIN)/.installed: pyproject.toml
+# setup.py and the C source: the editable install compiles transforms._native in place.
+$(BIN)/.installed: pyproject.toml setup.py transforms/_native.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
