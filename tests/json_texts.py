@@ -19,6 +19,11 @@ from transforms import jsontext
 IMPLEMENTATIONS = [True, False] if jsontext.native() else [False]
 IDS = ["compiled" if compiled else "twin" for compiled in IMPLEMENTATIONS]
 
+
+def examples(count: int) -> int:
+    """A property test's examples per implementation: `count` in all, whichever run."""
+    return max(1, count // len(IMPLEMENTATIONS))
+
 KEYS = ["a", "b", "n", "a.b", "é", "\ud800", ""]
 INTEGERS = st.sampled_from([0, 1, -1, 2, 2 ** 53, 2 ** 53 + 1, -(2 ** 53) - 1, 2 ** 63 - 1, 2 ** 63, -(2 ** 63),
                             -(2 ** 63) - 1, 2 ** 64, 10 ** 19, 10 ** 30, -(10 ** 30)]) | st.integers(-3, 3)

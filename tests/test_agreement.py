@@ -26,7 +26,7 @@ from litmus_score.scoring import metrics as m
 from litmus_score.scoring.policy import load_policy
 from litmus_score.scoring.trajectory import DEFAULT_BOUNDS, check_completeness, decoded, score_trajectory
 from tests import builders as b
-from tests.json_texts import IDS, IMPLEMENTATIONS
+from tests.json_texts import IDS, IMPLEMENTATIONS, examples
 from tests.strategies import SMALL_BOUNDS, trajectory_lists
 from transforms import jsontext
 from transforms.classify import ClassifyFn, unscored_statistics
@@ -112,7 +112,7 @@ def vectorized(rows, mode, batch_rows, policy=None, bounds=DEFAULT_BOUNDS):
 
 
 @implementations
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(rows=trajectory_lists(), mode=MODES, batch_rows=st.integers(1, 16), policy=st.sampled_from([None, POLICY]),
        bounds=BOUNDS)
 def test_stages_agree_with_reference(compiled, rows, mode, batch_rows, policy, bounds):
@@ -121,7 +121,7 @@ def test_stages_agree_with_reference(compiled, rows, mode, batch_rows, policy, b
 
 
 @implementations
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(rows=trajectory_lists(), bounds=BOUNDS)
 def test_completeness_reasons_equal_reference(compiled, rows, bounds):
     raw = b.table(rows)
@@ -134,7 +134,7 @@ def test_completeness_reasons_equal_reference(compiled, rows, bounds):
 
 
 @implementations
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(8), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(rows=trajectory_lists(max_size=25), mode=MODES)
 def test_pipeline_metrics_equal_reference(compiled, rows, mode):
     with tempfile.TemporaryDirectory() as folder, jsontext.implementation(compiled):
@@ -157,7 +157,7 @@ def test_pipeline_metrics_equal_reference(compiled, rows, mode):
 
 
 @implementations
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(rows=trajectory_lists(), policy=st.sampled_from([None, POLICY]))
 def test_validity_block_is_the_same_in_every_mode(compiled, rows, policy):
     with jsontext.implementation(compiled):

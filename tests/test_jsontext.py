@@ -23,11 +23,12 @@ from hypothesis import strategies as st
 
 from litmus_score.scoring.policy import resolve_path
 from litmus_score.scoring.rules import canonical_json, json_depth, parse_json_object
-from tests.json_texts import DEEP, IDS, IMPLEMENTATIONS, KEYS, ODD, OBJECTS, VALUES, texts_of, utf8
+from tests.json_texts import DEEP, IDS, IMPLEMENTATIONS, KEYS, ODD, OBJECTS, VALUES, examples, texts_of, utf8
 from transforms import jsontext
 from transforms.policy import ArgumentTexts, ParsedArguments, Values, View
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Per implementation where a test runs on both (`examples`).
+SETTINGS = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 compiled_only = pytest.mark.skipif(not jsontext.native(), reason="transforms._native is not in use")
 
 

@@ -21,13 +21,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from litmus_score.scoring.policy import MAX_SUBJECT_LENGTH, load_policy, parse_policy
-from tests.json_texts import IDS, IMPLEMENTATIONS, plain_text, texts_of
+from tests.json_texts import IDS, IMPLEMENTATIONS, examples, plain_text, texts_of
 from tests.test_policy import CASES
 from transforms import jsontext
 from transforms.policy import RULINGS, ArgumentTexts, CompiledPolicy, PerCallPolicy, compile_policy, glob_regex
 
 EXAMPLE = load_policy(Path(__file__).resolve().parent.parent / "configs" / "policy.yaml")
-SETTINGS = settings(max_examples=75, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(75), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 LONG = "x" * MAX_SUBJECT_LENGTH
 TEXTS = st.sampled_from(["", "x", "xy", "xxy", "/etc/x", "/ETC/x", "a/b", "a.b", "é", "東京", "\n", "a@evil.example",
