@@ -19,12 +19,18 @@ $(AIRFLOW_VENV)/bin/.installed: deploy/airflow/requirements-test.txt
 	$(AIRFLOW_VENV)/bin/python -m pip install --quiet -r deploy/airflow/requirements-test.txt
 	touch $@
 
-.PHONY: demo test test-airflow bench
+.PHONY: demo test test-twin test-airflow bench
 demo: $(BIN)/.installed
 	$(BIN)/litmus-score demo
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest
+
+# The agreement and property tests again on the pure-Python twin of transforms._native (docs/testing.md).
+TWIN_TESTS := tests/test_agreement.py tests/test_policy_compiled.py tests/test_jsontext.py tests/test_validity.py \
+	tests/test_conformance.py
+test-twin: $(BIN)/.installed
+	LITMUS_NATIVE=0 $(BIN)/python -m pytest -p no:cacheprovider $(TWIN_TESTS)
 
 # A fresh AIRFLOW_HOME whose dags folder is deploy/airflow, no examples; LITMUS_REQUIRE_AIRFLOW=1
 # turns a skip into a failure. The DAG runs as shipped, configured by its params: litmus-score's
