@@ -904,11 +904,32 @@ static size_t openings(const uint8_t *s, size_t n)
 /* ---------------------------------------------------------------- module functions */
 
 #define COLUMN_ARGS "OOnnp"
-#define ROWS_CHECK(view)                                                                                  \
-    if ((view).len % 8) {                                                                                 \
-        PyErr_SetString(PyExc_ValueError, "rows must be int64");                                          \
-        goto done;                                                                                        \
+
+/* The rows to read (int64) as `rows`, their count as `n`: 0, or -1 with an exception set. */
+static int rows_get(PyObject *object, Py_buffer *rows, size_t *n)
+{
+    if (PyObject_GetBuffer(object, rows, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (rows->len % 8) {
+        PyErr_SetString(PyExc_ValueError, "rows must be int64");
+        PyBuffer_Release(rows);
+        return -1;
     }
+    *n = (size_t)rows->len / 8;
+    return 0;
+}
+
+/* The rows and a writable output of one byte per row, as too_deep, objects and same take them. */
+static int rows_and_out_get(PyObject *rows_object, PyObject *out_object, Py_buffer *rows, Py_buffer *out, size_t *n)
+{
+    if (rows_get(rows_object, rows, n) < 0)
+        return -1;
+    if (get_sized(out_object, out, 1, *n, 1, "out") < 0) {
+        PyBuffer_Release(rows);
+        return -1;
+    }
+    return 0;
+}
 
 static PyObject *bad_row(void)
 {
@@ -930,19 +951,13 @@ static PyObject *too_deep(PyObject *self, PyObject *args)
         return NULL;
     Column column;
     Py_buffer rows, out;
+    size_t n;
     if (column_get(&column, offsets, data, offset, length, wide) < 0)
         return NULL;
-    if (PyObject_GetBuffer(rows_object, &rows, PyBUF_SIMPLE) < 0) {
+    if (rows_and_out_get(rows_object, out_object, &rows, &out, &n) < 0) {
         column_release(&column);
         return NULL;
     }
-    size_t n = (size_t)rows.len / 8;
-    if (get_sized(out_object, &out, 1, n, 1, "out") < 0) {
-        PyBuffer_Release(&rows);
-        column_release(&column);
-        return NULL;
-    }
-    ROWS_CHECK(rows);
     Py_BEGIN_ALLOW_THREADS
     const int64_t *row = rows.buf;
     uint8_t *deep = out.buf;
@@ -960,7 +975,6 @@ static PyObject *too_deep(PyObject *self, PyObject *args)
     }
     Py_END_ALLOW_THREADS
     result = failed ? bad_row() : (Py_INCREF(Py_None), Py_None);
-done:
     PyBuffer_Release(&out);
     PyBuffer_Release(&rows);
     column_release(&column);
@@ -980,19 +994,13 @@ static PyObject *objects(PyObject *self, PyObject *args)
         return NULL;
     Column column;
     Py_buffer rows, out;
+    size_t n;
     if (column_get(&column, offsets, data, offset, length, wide) < 0)
         return NULL;
-    if (PyObject_GetBuffer(rows_object, &rows, PyBUF_SIMPLE) < 0) {
+    if (rows_and_out_get(rows_object, out_object, &rows, &out, &n) < 0) {
         column_release(&column);
         return NULL;
     }
-    size_t n = (size_t)rows.len / 8;
-    if (get_sized(out_object, &out, 1, n, 1, "out") < 0) {
-        PyBuffer_Release(&rows);
-        column_release(&column);
-        return NULL;
-    }
-    ROWS_CHECK(rows);
     Parser parser;
     memset(&parser, 0, sizeof(parser));
     Py_BEGIN_ALLOW_THREADS
@@ -1017,7 +1025,6 @@ static PyObject *objects(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     parser_free(&parser);
     result = failed == 1 ? bad_row() : failed == 2 ? PyErr_NoMemory() : (Py_INCREF(Py_None), Py_None);
-done:
     PyBuffer_Release(&out);
     PyBuffer_Release(&rows);
     column_release(&column);
@@ -1037,25 +1044,18 @@ static PyObject *same(PyObject *self, PyObject *args)
         return NULL;
     Column left, right;
     Py_buffer rows, out;
+    size_t n;
     if (column_get(&left, l_offsets, l_data, l_offset, l_length, l_wide) < 0)
         return NULL;
     if (column_get(&right, r_offsets, r_data, r_offset, r_length, r_wide) < 0) {
         column_release(&left);
         return NULL;
     }
-    if (PyObject_GetBuffer(rows_object, &rows, PyBUF_SIMPLE) < 0) {
+    if (rows_and_out_get(rows_object, out_object, &rows, &out, &n) < 0) {
         column_release(&left);
         column_release(&right);
         return NULL;
     }
-    size_t n = (size_t)rows.len / 8;
-    if (get_sized(out_object, &out, 1, n, 1, "out") < 0) {
-        PyBuffer_Release(&rows);
-        column_release(&left);
-        column_release(&right);
-        return NULL;
-    }
-    ROWS_CHECK(rows);
     Parser p, q;
     memset(&p, 0, sizeof(p));
     memset(&q, 0, sizeof(q));
@@ -1092,7 +1092,6 @@ static PyObject *same(PyObject *self, PyObject *args)
     parser_free(&p);
     parser_free(&q);
     result = failed == 1 ? bad_row() : failed == 2 ? PyErr_NoMemory() : (Py_INCREF(Py_None), Py_None);
-done:
     PyBuffer_Release(&out);
     PyBuffer_Release(&rows);
     column_release(&left);
@@ -1333,14 +1332,11 @@ static PyObject *extract(PyObject *self, PyObject *args)
     }
     if (column_get(&column, offsets, data, offset, length, wide) < 0)
         goto free_paths;
-    if (PyObject_GetBuffer(rows_object, &views[0], PyBUF_SIMPLE) < 0)
+    size_t n;
+    if (rows_get(rows_object, &views[0], &n) < 0)
         goto release_column;
     held = 1;
-    if (views[0].len % 8) {
-        PyErr_SetString(PyExc_ValueError, "rows must be int64");
-        goto release;
-    }
-    size_t n = (size_t)views[0].len / 8, cells = n * (size_t)n_paths;
+    size_t cells = n * (size_t)n_paths;
     struct {
         PyObject *object;
         size_t itemsize, count;
