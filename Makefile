@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-$(BIN)/.installed: pyproject.toml
+# setup.py and the C source: the editable install compiles transforms._native in place.
+$(BIN)/.installed: pyproject.toml setup.py transforms/_native.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
@@ -18,7 +19,7 @@ $(AIRFLOW_VENV)/bin/.installed: deploy/airflow/requirements-test.txt
 	$(AIRFLOW_VENV)/bin/python -m pip install --quiet -r deploy/airflow/requirements-test.txt
 	touch $@
 
-.PHONY: demo test check lint test-airflow bench
+.PHONY: demo test check lint test-twin test-airflow bench
 demo: $(BIN)/.installed
 	$(BIN)/litmus-score demo
 
@@ -35,6 +36,12 @@ lint: $(BIN)/.installed
 # engine or browser and run no whole command end to end.
 check: lint
 	$(BIN)/python -m pytest -n auto -q -m "not engine and not browser and not slow"
+
+# The JSON, policy and conformance tests again with only the pure-Python twin of transforms._native
+# (docs/testing.md); the stage agreement tests already run both implementations in make test.
+TWIN_TESTS := tests/test_policy_compiled.py tests/test_jsontext.py tests/test_validity.py tests/test_conformance.py
+test-twin: $(BIN)/.installed
+	LITMUS_NATIVE=0 $(BIN)/python -m pytest -n auto -p no:cacheprovider $(TWIN_TESTS)
 
 # A fresh AIRFLOW_HOME whose dags folder is deploy/airflow, no examples; LITMUS_REQUIRE_AIRFLOW=1
 # turns a skip into a failure. The DAG runs as shipped, configured by its params: litmus-score's

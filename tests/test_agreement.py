@@ -4,7 +4,8 @@ Hypothesis draws adversarial trajectories; each is judged one at a time by
 litmus_score.scoring.trajectory and, as Arrow batches, by the pipeline's stages. Categories
 of every scored call, the verdicts of every scored trajectory (trajectories/),
 reasons of every unscored trajectory and the whole metrics document must be
-equal.
+equal, with the compiled JSON routines (transforms._native) and with their
+pure-Python twin.
 """
 
 import json
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import apache_beam as beam
 import pyarrow as pa
+import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import HealthCheck, given, settings
@@ -24,7 +26,9 @@ from litmus_score.scoring import metrics as m
 from litmus_score.scoring.policy import load_policy
 from litmus_score.scoring.trajectory import DEFAULT_BOUNDS, check_completeness, decoded, score_trajectory
 from tests import builders as b
+from tests.json_texts import IDS, IMPLEMENTATIONS, examples
 from tests.strategies import SMALL_BOUNDS, trajectory_lists
+from transforms import jsontext
 from transforms.classify import ClassifyFn, unscored_statistics
 from transforms.completeness import CheckCompletenessFn, completeness_reasons
 from transforms.metrics import RunMetricsCombineFn
@@ -34,6 +38,7 @@ from transforms.resolve import ResolveContextsFn
 MODES = st.sampled_from(c.MODES)
 BOUNDS = st.sampled_from([DEFAULT_BOUNDS, SMALL_BOUNDS])
 POLICY = load_policy(Path(__file__).resolve().parents[1] / "configs" / "policy.yaml")
+implementations = pytest.mark.parametrize("compiled", IMPLEMENTATIONS, ids=IDS)
 
 
 def trajectory_verdicts(row, score):
@@ -106,28 +111,33 @@ def vectorized(rows, mode, batch_rows, policy=None, bounds=DEFAULT_BOUNDS):
     return calls, unscored, fn.extract_output(acc), trajectories
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@implementations
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(rows=trajectory_lists(), mode=MODES, batch_rows=st.integers(1, 16), policy=st.sampled_from([None, POLICY]),
        bounds=BOUNDS)
-def test_stages_agree_with_reference(rows, mode, batch_rows, policy, bounds):
-    assert vectorized(rows, mode, batch_rows, policy, bounds) == reference(rows, mode, policy, bounds)
+def test_stages_agree_with_reference(compiled, rows, mode, batch_rows, policy, bounds):
+    with jsontext.implementation(compiled):
+        assert vectorized(rows, mode, batch_rows, policy, bounds) == reference(rows, mode, policy, bounds)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@implementations
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(rows=trajectory_lists(), bounds=BOUNDS)
-def test_completeness_reasons_equal_reference(rows, bounds):
+def test_completeness_reasons_equal_reference(compiled, rows, bounds):
     raw = b.table(rows)
     for batch_raw in raw.to_batches():
         batch, _ = conform_batch(batch_raw, "memory", 0, bounds.max_text_bytes)
-        reasons, _, _ = completeness_reasons(batch, bounds)
+        with jsontext.implementation(compiled):
+            reasons, _, _ = completeness_reasons(batch, bounds)
         for i, row in enumerate(b.python_rows(pa.Table.from_batches([batch_raw]))):
             assert [reason for reason, mask in reasons.items() if mask[i]] == check_completeness(row, bounds)[0]
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@implementations
+@settings(max_examples=examples(8), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(rows=trajectory_lists(max_size=25), mode=MODES)
-def test_pipeline_metrics_equal_reference(rows, mode):
-    with tempfile.TemporaryDirectory() as folder:
+def test_pipeline_metrics_equal_reference(compiled, rows, mode):
+    with tempfile.TemporaryDirectory() as folder, jsontext.implementation(compiled):
         b.write_shard(Path(folder) / "a.parquet", rows[::2], row_group_size=3)
         b.write_shard(Path(folder) / "b.parquet", rows[1::2])
         with TestPipeline(runner="FnApiRunner") as p:
@@ -146,10 +156,12 @@ def test_pipeline_metrics_equal_reference(rows, mode):
             )
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@implementations
+@settings(max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(rows=trajectory_lists(), policy=st.sampled_from([None, POLICY]))
-def test_validity_block_is_the_same_in_every_mode(rows, policy):
-    documents = [vectorized(rows, mode, 8, policy)[2] for mode in c.MODES]
+def test_validity_block_is_the_same_in_every_mode(compiled, rows, policy):
+    with jsontext.implementation(compiled):
+        documents = [vectorized(rows, mode, 8, policy)[2] for mode in c.MODES]
     blocks = [[(g["run_id"], g["agent"], g["validity"]) for g in d["groups"]] + [d["totals"]["validity"]]
               for d in documents]
     assert blocks[0] == blocks[1] == blocks[2]

@@ -5,6 +5,7 @@ The image itself is not built here (no container engine); what it ships is.
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from pipeline.options import ScoreOptions, UsageError, validate
 from litmus_score.scoring import contract as c
 from tests import builders as b
 from tests.conftest import RUNNER, load_json
+from transforms import jsontext
 
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = REPO / "deploy" / "dataflow"
@@ -66,8 +68,11 @@ def test_the_sdist_carries_every_module_the_workers_import(sdist):
         members = {name.removeprefix(root + "/") for name in archive.getnames()}
     expected = {f"{package}/{path.name}" for package in PACKAGES for path in (REPO / package).glob("*.py")}
     assert expected <= members
-    # What pip needs to install it on a worker: the build configuration and the readme it names.
-    assert {"pyproject.toml", "README.md", "PKG-INFO"} <= members
+    # What pip needs to install it on a worker: the build configuration and the readme it names,
+    # and the compiled part's source with the setup.py that builds it (transforms/jsontext.py).
+    assert {"pyproject.toml", "setup.py", "README.md", "PKG-INFO", "transforms/_native.c"} <= members
+    # Nothing built here rides along: a worker compiles for its own platform.
+    assert not [name for name in members if name.endswith((".so", ".pyd"))]
 
 
 @pytest.mark.slow
@@ -85,6 +90,22 @@ def test_a_worker_can_install_the_sdist(sdist, tmp_path):
     requires = [line for line in zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA")))
                 .decode().splitlines() if line.startswith("Requires-Dist: apache-beam")]
     assert requires and "2.77.0" in requires[0]
+    # The compiled part, built from the sdist as a worker builds it (here, where this checkout's is built too).
+    compiled = [name for name in names if name.startswith("transforms/_native.") and name.endswith((".so", ".pyd"))]
+    assert compiled if jsontext.available() else not compiled
+    assert "transforms/_native.c" not in names
+
+
+@pytest.mark.slow
+def test_without_a_compiler_the_sdist_installs_the_twin(sdist, tmp_path):
+    # The extension is optional: where it cannot be built the wheel has none, and transforms.jsontext
+    # runs its pure-Python twin (tests/test_jsontext.py checks the log line that says so).
+    environment = {**os.environ, "CC": "false", "LDSHARED": "false"}
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-cache-dir", "--wheel-dir",
+                    str(tmp_path), str(sdist)], check=True, env=environment)
+    (wheel,) = tmp_path.glob("litmus_score-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "transforms/jsontext.py" in names and not [name for name in names if name.startswith("transforms/_native")]
 
 
 def nightly_options() -> dict:
@@ -185,11 +206,12 @@ def test_the_docker_rules_as_the_test_reads_them():
 def test_the_image_gets_every_file_of_the_packages_and_nothing_else():
     context = build_context()
     # What the sdist is built from: the configuration, the readme it names, every file of the packages.
+    # (less the compiled part an editable install built here: the image builds its own from setup.py).
     packaged = {str(path.relative_to(REPO)) for package in TOP_LEVEL for path in (REPO / package).rglob("*")
-                if path.is_file() and "__pycache__" not in path.parts}
+                if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".so"}
     assert packaged <= context
     configs = {str(path.relative_to(REPO)) for path in (REPO / "configs").iterdir()}
-    assert context == packaged | configs | {"pyproject.toml", "README.md", "deploy/dataflow/main.py"}
+    assert context == packaged | configs | {"pyproject.toml", "setup.py", "README.md", "deploy/dataflow/main.py"}
     # Was: no .dockerignore, and the ~1 GB .venv sent with every build.
     assert not [path for path in context if path.startswith((".venv", "tests/", "docs/", ".hypothesis"))]
     # Everything the Dockerfile copies is in the context.
@@ -221,7 +243,7 @@ def test_the_image_runs_the_entry_point_with_the_setup_file():
     assert dockerfile.startswith("#") and "FROM gcr.io/dataflow-templates-base/python311-template-launcher-base" in dockerfile
     assert "FLEX_TEMPLATE_PYTHON_PY_FILE=/template/main.py" in dockerfile
     assert "FLEX_TEMPLATE_PYTHON_SETUP_FILE=/template/pyproject.toml" in dockerfile
-    for copied in ["pyproject.toml README.md", *[f"{package}/" for package in sorted(TOP_LEVEL)], "configs/",
+    for copied in ["pyproject.toml setup.py README.md", *[f"{package}/" for package in sorted(TOP_LEVEL)], "configs/",
                    "deploy/dataflow/main.py"]:
         assert f"COPY {copied}" in dockerfile
 

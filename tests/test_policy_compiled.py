@@ -4,13 +4,16 @@ Hypothesis draws policies one operator at a time, with the operands and the
 argument values the statement's docstring singles out (1 and 1.0, booleans
 that are not numbers, dotted keys, paths through non-objects, strings over
 the length bound or holding a lone surrogate, integers beyond 2**53, nested
-lists), and compares every call's ruling with the statement's.
+lists), and compares every call's ruling with the statement's: on parsed
+arguments (the pure-Python path) and, where transforms._native is in use, on
+their JSON texts, written every way JSON allows (tests/json_texts.py).
 """
 
 import fnmatch
 import pickle
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -18,11 +21,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from litmus_score.scoring.policy import MAX_SUBJECT_LENGTH, load_policy, parse_policy
+from tests.json_texts import IDS, IMPLEMENTATIONS, examples, plain_text, texts_of
 from tests.test_policy import CASES
-from transforms.policy import RULINGS, CompiledPolicy, PerCallPolicy, compile_policy, glob_regex
+from transforms import jsontext
+from transforms.policy import RULINGS, ArgumentTexts, CompiledPolicy, PerCallPolicy, compile_policy, glob_regex
 
 EXAMPLE = load_policy(Path(__file__).resolve().parent.parent / "configs" / "policy.yaml")
-SETTINGS = settings(max_examples=75, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(75), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 LONG = "x" * MAX_SUBJECT_LENGTH
 TEXTS = st.sampled_from(["", "x", "xy", "xxy", "/etc/x", "/ETC/x", "a/b", "a.b", "é", "東京", "\n", "a@evil.example",
@@ -107,19 +112,30 @@ CALLS = st.lists(st.tuples(st.sampled_from(["t", "u", "w", "tx", ""]), ARGUMENTS
                            st.sampled_from(["agent", "ops", "root"])), min_size=1, max_size=30)
 
 
-def rulings(policy, calls):
+def rulings(policy, calls, compiled=False, data=None):
+    """The rulings of `policy` for (tool, arguments, principal) calls: on the parsed arguments, or
+    (`compiled`) on JSON texts of them, drawn from `data` or else written compactly."""
     tools, arguments, principals = zip(*calls)
-    codes = policy.rulings(pa.array(tools, pa.string()), pa.array(principals, pa.string()), list(arguments))
+    asked = list(arguments)
+    if compiled:
+        texts = [plain_text(a) if data is None else data.draw(texts_of(a)) for a in arguments]
+        asked = ArgumentTexts(pa.array(texts, pa.string()), np.arange(len(texts)))
+    with jsontext.implementation(compiled):
+        codes = policy.rulings(pa.array(tools, pa.string()), pa.array(principals, pa.string()), asked)
     return [RULINGS[code] for code in codes.tolist()]
 
 
+implementations = pytest.mark.parametrize("compiled", IMPLEMENTATIONS, ids=IDS)
+
+
+@implementations
 @pytest.mark.parametrize("operator", OPERATORS)
 @SETTINGS
 @given(data=st.data())
-def test_compiled_policy_equals_the_statement(operator, data):
+def test_compiled_policy_equals_the_statement(compiled, operator, data):
     policy = data.draw(policies(operator))
     calls = data.draw(CALLS)
-    assert rulings(CompiledPolicy(policy), calls) == [policy(tool, arguments, who) for tool, arguments, who in calls]
+    assert rulings(CompiledPolicy(policy), calls, compiled, data) == [policy(*call) for call in calls]
 
 
 # Operands per operator for the table below; inner conditions for any and all.
@@ -134,28 +150,32 @@ TABLE = {
 }
 
 
+@implementations
 @pytest.mark.parametrize("operator", OPERATORS)
-def test_every_operator_on_every_hostile_value(operator):
+def test_every_operator_on_every_hostile_value(compiled, operator):
     subjects = [{"v": value} for value in HOSTILE_VALUES] + [{"a": {"b": v}} for v in HOSTILE_VALUES] + [{}]
     for operand in TABLE[operator]:
         for arg in ("v", "a.b"):
             policy = parse_policy({"schema": "litmus-policy/1", "rules": [
                 {"id": "r", "tool": "t", "when": [{"arg": arg, operator: operand}], "effect": "deny"}]})
             calls = [("t", subject, "agent") for subject in subjects]
-            assert rulings(CompiledPolicy(policy), calls) == [policy(*call) for call in calls], (arg, operand)
+            assert rulings(CompiledPolicy(policy), calls, compiled) == [policy(*call) for call in calls], (arg, operand)
 
 
+@implementations
 @SETTINGS
 @given(calls=st.lists(st.tuples(st.sampled_from([tool for tool, *_ in CASES] + ["other"]),
                                 st.sampled_from([arguments for _, arguments, *_ in CASES]) | ARGUMENTS,
-                                st.sampled_from(["agent", "agent-ops", "session-admin"])), min_size=1, max_size=20))
-def test_the_example_policy_compiled_equals_the_statement(calls):
-    assert rulings(CompiledPolicy(EXAMPLE), calls) == [EXAMPLE(tool, arguments, who) for tool, arguments, who in calls]
+                                st.sampled_from(["agent", "agent-ops", "session-admin"])), min_size=1, max_size=20),
+       data=st.data())
+def test_the_example_policy_compiled_equals_the_statement(compiled, calls, data):
+    assert rulings(CompiledPolicy(EXAMPLE), calls, compiled, data) == [EXAMPLE(*call) for call in calls]
 
 
-def test_the_example_cases():
+@implementations
+def test_the_example_cases(compiled):
     calls = [(tool, arguments, principal) for tool, arguments, principal, *_ in CASES]
-    assert rulings(CompiledPolicy(EXAMPLE), calls) == [verdict for *_, verdict, _ in CASES]
+    assert rulings(CompiledPolicy(EXAMPLE), calls, compiled) == [verdict for *_, verdict, _ in CASES]
 
 
 @settings(max_examples=500, deadline=None)
@@ -165,10 +185,13 @@ def test_glob_translation_equals_fnmatch(pattern, texts):
     assert found == [fnmatch.fnmatchcase(text, pattern) for text in texts]
 
 
-def test_any_callable_is_asked_call_by_call():
-    policy = compile_policy(lambda tool, arguments, principal: {"a": "allow", "d": "deny"}.get(tool, "maybe"))
+@implementations
+def test_any_callable_is_asked_call_by_call(compiled):
+    policy = compile_policy(lambda tool, arguments, principal: {"a": "allow", "d": "deny"}.get(tool, "maybe")
+                            if arguments == {"n": 2 ** 64 + 1} else "unasked")
     assert isinstance(policy, PerCallPolicy)
-    assert rulings(policy, [("a", {}, "p"), ("d", {}, "p"), ("x", {}, "p")]) == ["allow", "deny", None]
+    calls = [("a", {"n": 2 ** 64 + 1}, "p"), ("d", {"n": 2 ** 64 + 1}, "p"), ("x", {"n": 2 ** 64 + 1}, "p")]
+    assert rulings(policy, calls, compiled) == ["allow", "deny", None]
     assert isinstance(compile_policy(EXAMPLE), CompiledPolicy) and compile_policy(None) is None
 
 

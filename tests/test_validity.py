@@ -6,6 +6,7 @@ from litmus_score.scoring import contract as c
 from litmus_score.scoring.rules import CallContext, CommitContext, ToolCall
 from litmus_score.scoring import validity
 from litmus_score.scoring.validity import FIELDS, audit_rows, call_validity
+from tests.json_texts import IDS, IMPLEMENTATIONS
 
 ARGS = '{"to": "acct-1", "amount": 100}'
 
@@ -95,13 +96,14 @@ def test_calls_outside_the_audit(outside):
     assert call_validity(outside) is None
 
 
+@pytest.mark.parametrize("compiled", IMPLEMENTATIONS, ids=IDS)
 @pytest.mark.parametrize("pairs_per_chunk", [2, 4096])
-def test_the_pipeline_compares_json_as_the_reference_does(monkeypatch, pairs_per_chunk):
+def test_the_pipeline_compares_json_as_the_reference_does(monkeypatch, pairs_per_chunk, compiled):
     import numpy as np
     import pyarrow as pa
 
     from litmus_score.scoring.rules import canonical_json, parse_json_object
-    from transforms import resolve
+    from transforms import jsontext, resolve
     from transforms.columnar import FlatCalls
 
     monkeypatch.setattr(resolve, "_PAIRS_PER_CHUNK", pairs_per_chunk)
@@ -123,4 +125,6 @@ def test_the_pipeline_compares_json_as_the_reference_does(monkeypatch, pairs_per
     flat = FlatCalls(pa.StructArray.from_arrays([pa.array(["t"] * n), *contexts], names=["tool", "proposal", "commit"]),
                      np.arange(n), n)
     nobody = {"proposal": np.zeros(n, bool), "commit": np.zeros(n, bool)}
-    assert resolve.judge(flat, None, nobody, np.ones(n, bool)).same_arguments.tolist() == [pair[2] for pair in pairs]
+    with jsontext.implementation(compiled):
+        judged = resolve.judge(flat, None, nobody, np.ones(n, bool))
+    assert judged.same_arguments.tolist() == [pair[2] for pair in pairs]

@@ -14,7 +14,6 @@ import pyarrow.compute as pc
 from apache_beam.metrics import Metrics
 
 from litmus_score.scoring import contract as c
-from litmus_score.scoring.rules import json_depth
 from litmus_score.scoring.trajectory import (
     DEFAULT_BOUNDS,
     JSON_FIELDS,
@@ -28,6 +27,7 @@ from transforms import NAMESPACE
 from transforms import schema as s
 from transforms.columnar import FlatCalls, equals, is_null
 from transforms.elements import Checked, Tag
+from transforms.jsontext import too_deep
 from transforms.records import unscored_table
 
 
@@ -67,34 +67,6 @@ def missing_paths(batch: pa.RecordBatch, flat: FlatCalls) -> dict:
     for name in REQUIRED_COMMIT_FIELDS:
         missing[f"calls[].commit.{name}"] = flat.any_per_row(has_commit & is_null(flat.field(f"commit.{name}")))
     return missing
-
-
-def _openings(texts: pa.Array) -> np.ndarray:
-    """How many `[` and `{` bytes each text holds (0 for null)."""
-    offsets_type = np.int64 if pa.types.is_large_string(texts.type) else np.int32
-    offsets = np.frombuffer(texts.buffers()[1], offsets_type)[texts.offset:texts.offset + len(texts) + 1]
-    if offsets[-1] == offsets[0]:
-        return np.zeros(len(texts), np.int64)
-    data = np.frombuffer(texts.buffers()[2], np.uint8)[offsets[0]:offsets[-1]]
-    # "[" is 0x5B and "{" 0x7B: they differ in one bit, which no other byte pair shares.
-    opening = np.bitwise_or(data, 0x20)
-    at = np.flatnonzero(np.equal(opening, 0x7B, out=opening.view(bool)))
-    counts = np.diff(np.searchsorted(at, offsets - offsets[0]))
-    return np.where(np.asarray(texts.is_null(), bool), 0, counts)
-
-
-def too_deep(texts: pa.Array, max_depth: int) -> np.ndarray:
-    """Which texts nest deeper than `max_depth` (litmus_score.scoring.rules.json_depth).
-
-    Depth is at most the number of opening brackets, counted here on the
-    bytes of the whole column at once; only texts with more brackets than the
-    bound are scanned in Python.
-    """
-    deep = np.zeros(len(texts), bool)
-    unsure = np.flatnonzero(_openings(texts) > max_depth)
-    if len(unsure):
-        deep[unsure] = [json_depth(text) > max_depth for text in texts.take(pa.array(unsure)).to_pylist()]
-    return deep
 
 
 def large_paths(batch: pa.RecordBatch, flat: FlatCalls, bounds: Bounds) -> dict:

@@ -24,6 +24,8 @@ statement, operator by operator.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -37,15 +39,16 @@ from litmus_score.scoring.policy import (
     PolicyDocument,
     resolve_path,
 )
-from litmus_score.scoring.rules import canonical_json
+from litmus_score.scoring.rules import canonical_json, parse_json_object
+from transforms import jsontext
 from transforms.columnar import encode
+from transforms.jsontext import ABSENT, BOOL, LIST, NULL, NUMBER, OBJECT, STRING
 
 FALSE, UNDECIDED, TRUE = np.int8(0), np.int8(1), np.int8(2)
 # Ruling codes: no verdict, allow, deny.
 RULINGS = (None, c.ALLOW, c.DENY)
 _RULING_CODES = {verdict: code for code, verdict in enumerate(RULINGS)}
 
-ABSENT, NULL, BOOL, NUMBER, STRING, LIST, OBJECT = range(7)
 _KINDS = {type(None): NULL, bool: BOOL, int: NUMBER, float: NUMBER, str: STRING, list: LIST, dict: OBJECT}
 # Integers a float64 holds exactly.
 _EXACT_INTEGERS = 2 ** 53
@@ -111,51 +114,110 @@ def _glob_set(body: str) -> str:
 
 
 class Values:
-    """The values one path resolves to, for a list of subjects, sorted by kind:
-    numpy and Arrow columns, and the values themselves for what they cannot hold."""
+    """The values one path resolves to, for some calls, sorted by kind: numpy
+    and Arrow columns, and `value(i)`, the value itself, for what they cannot hold."""
 
-    def __init__(self, values: list):
-        self.values = values
-        self.kinds = np.fromiter((ABSENT if v is MISSING else _KINDS[type(v)] for v in values), np.int8, len(values))
+    def __init__(self, kinds, numbers, truth, inexact, strings, value):
+        self.kinds, self.numbers, self.truth = kinds, numbers, truth
         # Asked of the statement one at a time: what no column holds exactly.
-        self.inexact = np.zeros(len(values), bool)
-        self.numbers = np.full(len(values), np.nan)
-        numbers = np.flatnonzero(self.kinds == NUMBER)
-        if len(numbers):
-            picked = [values[i] for i in numbers.tolist()]
+        self.inexact = inexact
+        # Each string value, null where none or not Unicode text (None: no string at all); its length in characters.
+        self.strings = strings
+        self.lengths = None if strings is None else np.asarray(pc.fill_null(pc.utf8_length(strings), 0), np.int64)
+        self.value = value
+
+    @classmethod
+    def of(cls, values: list) -> "Values":
+        """The columns of parsed values (MISSING where the path does not resolve)."""
+        kinds = np.fromiter((ABSENT if v is MISSING else _KINDS[type(v)] for v in values), np.int8, len(values))
+        inexact = np.zeros(len(values), bool)
+        numbers = np.full(len(values), np.nan)
+        at = np.flatnonzero(kinds == NUMBER)
+        if len(at):
+            picked = [values[i] for i in at.tolist()]
             big = np.fromiter((type(v) is int and not -_EXACT_INTEGERS <= v <= _EXACT_INTEGERS for v in picked),
                               bool, len(picked))
-            self.inexact[numbers[big]] = True
-            self.numbers[numbers[~big]] = [v for v, b in zip(picked, big.tolist()) if not b]
-        self.truth = self.kinds == BOOL
-        if self.truth.any():
-            where = np.flatnonzero(self.truth)
-            self.truth[where] = [values[i] for i in where.tolist()]
-        self.strings, self.lengths = self._strings()
+            inexact[at[big]] = True
+            numbers[at[~big]] = [v for v, b in zip(picked, big.tolist()) if not b]
+        truth = kinds == BOOL
+        if truth.any():
+            where = np.flatnonzero(truth)
+            truth[where] = [values[i] for i in where.tolist()]
+        return cls(kinds, numbers, truth, inexact, _string_column(values, kinds, inexact), values.__getitem__)
 
     @classmethod
     def at(cls, subjects: list, path: tuple, objects: bool = False) -> "Values":
         """The values at `path` in each subject (`objects`: every subject is a dict)."""
         if len(path) == 1 and objects:
             key = path[0]
-            return cls([s.get(key, MISSING) for s in subjects])
-        return cls([resolve_path(s, path) for s in subjects])
+            return cls.of([s.get(key, MISSING) for s in subjects])
+        return cls.of([resolve_path(s, path) for s in subjects])
 
-    def _strings(self) -> tuple:
-        """(each string value, null where none or not Unicode text; its length in characters)."""
-        where = np.flatnonzero(self.kinds == STRING)
-        if not len(where):
-            return None, None
-        texts = [self.values[i] for i in where.tolist()]
-        try:
-            array = pa.array(texts, pa.string())
-        except (UnicodeEncodeError, pa.ArrowException):  # a lone surrogate: UTF-8 cannot hold it
-            odd = np.array([not _encodes(text) for text in texts], bool)
-            self.inexact[where[odd]] = True
-            array = pa.array([None if bad else text for text, bad in zip(texts, odd.tolist())], pa.string())
-        if len(where) < len(self.values):
-            array = pc.replace_with_mask(pa.nulls(len(self.values), pa.string()), pa.array(self.kinds == STRING), array)
-        return array, np.asarray(pc.fill_null(pc.utf8_length(array), 0), np.int64)
+
+def _string_column(values: list, kinds: np.ndarray, inexact: np.ndarray):
+    """Each string value as an Arrow column (None without any); a string UTF-8
+    cannot hold (a lone surrogate) is null there and marked `inexact`."""
+    where = np.flatnonzero(kinds == STRING)
+    if not len(where):
+        return None
+    texts = [values[i] for i in where.tolist()]
+    try:
+        array = pa.array(texts, pa.string())
+    except (UnicodeEncodeError, pa.ArrowException):
+        odd = np.array([not _encodes(text) for text in texts], bool)
+        inexact[where[odd]] = True
+        array = pa.array([None if bad else text for text, bad in zip(texts, odd.tolist())], pa.string())
+    if len(where) < len(values):
+        array = pc.replace_with_mask(pa.nulls(len(values), pa.string()), pa.array(kinds == STRING), array)
+    return array
+
+
+class ParsedArguments:
+    """Calls' resolved arguments as parsed dicts (the pure-Python path, which
+    shares them with the JSON comparison)."""
+
+    def __init__(self, objects: list):
+        self._objects = objects
+
+    def objects(self) -> list:
+        return self._objects
+
+    def columns(self, readers: dict) -> dict:
+        """Path -> (Values of the calls `readers[path]` marks, each call's position among them)."""
+        columns = {}
+        for path, calls in readers.items():
+            read = np.flatnonzero(calls)
+            position = np.full(len(calls), -1)
+            position[read] = np.arange(len(read))
+            subjects = self._objects if len(read) == len(calls) else [self._objects[i] for i in read.tolist()]
+            columns[path] = (Values.at(subjects, path, objects=True), position)
+        return columns
+
+
+class ArgumentTexts:
+    """Calls' resolved arguments as JSON object texts (`texts` at `rows`),
+    read by transforms.jsontext's compiled routines: no parsed objects but
+    for the values no column holds."""
+
+    def __init__(self, texts: pa.Array, rows: np.ndarray):
+        self._texts, self._rows = texts, np.asarray(rows, np.int64)
+        self._parsed = {}
+
+    def objects(self) -> list:
+        return jsontext.parse_objects(self._texts.take(pa.array(self._rows))) if len(self._rows) else []
+
+    def columns(self, readers: dict) -> dict:
+        paths = list(readers)
+        found = jsontext.extract(self._texts, self._rows, paths, np.array([readers[path] for path in paths], bool))
+        every = np.arange(len(self._rows))
+        return {path: (Values(found["kinds"][i], found["numbers"][i], found["truth"][i], found["inexact"][i],
+                              found["strings"][i], functools.partial(self._value, path)), every)
+                for i, path in enumerate(paths)}
+
+    def _value(self, path: tuple, i: int):
+        if i not in self._parsed:
+            self._parsed[i] = parse_json_object(self._texts[int(self._rows[i])].as_py())
+        return resolve_path(self._parsed[i], path)
 
 
 class View:
@@ -172,7 +234,7 @@ class View:
             self.strings = values.strings.take(pa.array(at))
 
     def value(self, i: int):
-        return self.source.values[i if self.at is None else self.at[i]]
+        return self.source.value(i if self.at is None else int(self.at[i]))
 
 
 def _encodes(text: str) -> bool:
@@ -320,10 +382,13 @@ class CompiledPolicy:
                 [allowed and rule.principal_matches(principal) for rule, _ in self._rules] + [allowed], bool)
         return self._by_principal[principal]
 
-    def rulings(self, tools: pa.Array, principals: pa.Array, arguments: list) -> np.ndarray:
-        """The policy's ruling code (index into RULINGS) for each call, given
-        its tool, principal and parsed resolved arguments (a dict, always)."""
+    def rulings(self, tools: pa.Array, principals: pa.Array, arguments) -> np.ndarray:
+        """The policy's ruling code (index into RULINGS) for each call, given its
+        tool, principal and resolved arguments (a JSON object, always): a list
+        of parsed dicts, ParsedArguments or ArgumentTexts."""
         document = self.document
+        if isinstance(arguments, list):
+            arguments = ParsedArguments(arguments)
         tool_codes, tool_names = encode(tools)
         principal_codes, principal_names = encode(principals)
         by_principal = np.array([self._principal_row(p) for p in principal_names], bool).reshape(
@@ -337,7 +402,7 @@ class CompiledPolicy:
         for (_, conditions), calls in zip(self._rules, applies):
             for condition in conditions:
                 readers[condition.path] = readers.get(condition.path, False) | calls
-        columns = {}
+        columns = arguments.columns(readers) if readers else {}
         state = np.where(allowed, FALSE, TRUE).astype(np.int8)
         for (rule, conditions), calls in zip(self._rules, applies):
             open_calls = np.flatnonzero(calls & (state < TRUE))
@@ -346,12 +411,6 @@ class CompiledPolicy:
                 live = np.flatnonzero(matched > FALSE)
                 if not len(live):
                     break
-                if condition.path not in columns:
-                    read = np.flatnonzero(readers[condition.path])
-                    position = np.full(len(arguments), -1)
-                    position[read] = np.arange(len(read))
-                    subjects = arguments if len(read) == len(arguments) else [arguments[i] for i in read.tolist()]
-                    columns[condition.path] = (Values.at(subjects, condition.path, objects=True), position)
                 values, position = columns[condition.path]
                 at = position[open_calls[live]]
                 view = View(values, None if len(at) == len(values.kinds) else at)
@@ -367,9 +426,10 @@ class PerCallPolicy:
     def __init__(self, policy):
         self.policy = policy
 
-    def rulings(self, tools: pa.Array, principals: pa.Array, arguments: list) -> np.ndarray:
-        asked = zip(tools.to_pylist(), arguments, principals.to_pylist())
-        return np.fromiter((_ruling_code(self.policy(*call)) for call in asked), np.int8, len(arguments))
+    def rulings(self, tools: pa.Array, principals: pa.Array, arguments) -> np.ndarray:
+        objects = arguments if isinstance(arguments, list) else arguments.objects()
+        asked = zip(tools.to_pylist(), objects, principals.to_pylist())
+        return np.fromiter((_ruling_code(self.policy(*call)) for call in asked), np.int8, len(objects))
 
 
 def _ruling_code(ruling) -> int:

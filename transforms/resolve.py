@@ -2,156 +2,47 @@
 
 Every rule of litmus_score.scoring.rules.score_tool_call is computed here on whole
 columns: the verdicts, whether the environment realized the call, and every
-reason a call cannot be adjudicated in the mode. Python touches only the few
-texts the vectorized JSON check cannot settle (deeply nested or malformed),
-argument pairs that differ byte for byte (the validity audit compares them
-in every mode) and, with a policy, the resolved arguments it reads: each
-text is parsed once, and the parsed objects are shared (`judge`).
-tests/test_agreement.py proves the results equal the reference's.
+reason a call cannot be adjudicated in the mode. The JSON texts are judged by
+transforms.jsontext (compiled, or its pure-Python twin): which are JSON
+objects, whether argument pairs that differ byte for byte are the same value
+(the validity audit compares them in every mode) and, with a policy, the
+values at the paths it reads (`judge`). tests/test_agreement.py proves the
+results equal the reference's, with either implementation.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import apache_beam as beam
 import numpy as np
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam.metrics import Metrics
 
 from litmus_score.scoring import contract as c
-from litmus_score.scoring.rules import canonical_json, parse_json_object
-from transforms import NAMESPACE
+from transforms import NAMESPACE, jsontext
 from transforms.columnar import FlatCalls, equals, is_null
 from transforms.elements import RESOLVED_CALLS, RESOLVED_TRAJECTORIES, Checked, Resolved, Tag
-from transforms.policy import RULINGS, compile_policy
+from transforms.policy import RULINGS, ArgumentTexts, compile_policy
 from transforms.records import unscored_table
 from transforms.validity import audit_masks, validity_statistics
-
-# JSON nested at most MAX_DEPTH deep is a regular language, so a RE2
-# expression can recognize it exactly: a match proves the text is a valid JSON
-# object. A non-match proves nothing: those few texts go to the reference
-# parser, which also handles deeper nesting.
-MAX_DEPTH = 3
-_WS = r"[ \t\n\r]*"
-_STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"'
-_SCALAR = rf"(?:{_STRING}|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|true|false|null)"
-
-
-def _object(value: str) -> str:
-    member = f"{_WS}{_STRING}{_WS}:{_WS}{value}{_WS}"
-    return rf"\{{(?:{member}(?:,{member})*|{_WS})\}}"
-
-
-def _array(value: str) -> str:
-    item = f"{_WS}{value}{_WS}"
-    return rf"\[(?:{item}(?:,{item})*|{_WS})\]"
-
-
-def _json_value(depth: int) -> str:
-    if depth == 0:
-        return _SCALAR
-    inner = _json_value(depth - 1)
-    return f"(?:{_SCALAR}|{_object(inner)}|{_array(inner)})"
-
-
-JSON_OBJECT = rf"^{_WS}{_object(_json_value(MAX_DEPTH - 1))}{_WS}$"
-
-
-
 
 
 def json_object(array: pa.Array, known: pa.Array = None, known_ok: np.ndarray = None) -> np.ndarray:
     """Which texts are JSON objects, exactly as litmus_score.scoring.rules.parse_json_object says.
 
-    The RE2 expression settles almost every text; the rest (nested deeper
-    than MAX_DEPTH, or not JSON at all) are parsed. Where `array` equals
-    `known` byte for byte, `known_ok` already says (resolved arguments
-    usually repeat the arguments).
+    Where `array` equals `known` byte for byte, `known_ok` already says
+    (resolved arguments usually repeat the arguments).
     """
-    if known is not None:
-        same = equals(pc.equal(array, known), True)
-        ok = known_ok & same
-        other = np.flatnonzero(~same)
-        if len(other):
-            ok[other] = json_object(array.take(pa.array(other)))
-        return ok
-    ok = np.asarray(pc.fill_null(pc.match_substring_regex(array, JSON_OBJECT), False), bool)
-    unsure = np.flatnonzero(~ok & ~is_null(array))
-    if len(unsure):
-        texts = array.take(pa.array(unsure)).to_pylist()
-        ok[unsure] = [parse_json_object(text) is not None for text in texts]
+    if known is None:
+        return jsontext.json_objects(array)
+    same = equals(pc.equal(array, known), True)
+    ok = known_ok & same
+    other = np.flatnonzero(~same)
+    if len(other):
+        ok[other] = jsontext.json_objects(array.take(pa.array(other)))
     return ok
-
-
-# orjson parses JSON to the values json.loads gives, several times faster,
-# except integers beyond 64 bits (it makes them floats) and lone surrogate
-# escapes (it refuses them): a text where a number of 19 digits or more may
-# start (after `:`, `[` or `,`; inside a string too, to be safe) is left to
-# json, and so is a list orjson refuses.
-_LONG_DIGITS = r"[:\[,][ \t\n\r]*-?[0-9]{19}"
-
-
-def _loads(texts: list) -> list:
-    """Valid JSON texts, parsed in one call of the C decoder (most of a call's cost is its setup)."""
-    try:
-        return json.loads("[" + ",".join(texts) + "]")
-    except RecursionError:  # one text nested within a level of Python's limit
-        return [parse_json_object(text) for text in texts]
-
-
-def _json_array(texts: pa.Array) -> bytes:
-    """The UTF-8 of `[text,text,...]`, joined by Arrow.
-
-    orjson parses bytes twice as fast as a str holding non-ASCII (it must
-    encode the str first), and no Python string is made per text.
-    """
-    if not len(texts):
-        return b"[]"
-    # Each text followed by a comma; large offsets, since the commas may pass 2 GiB.
-    comma, nothing = (pa.scalar(text, pa.large_string()) for text in (",", ""))
-    joined = pc.binary_join_element_wise(texts.cast(pa.large_string()), comma, nothing)
-    offsets = np.frombuffer(joined.buffers()[1], np.int64)
-    start, end = offsets[joined.offset], offsets[joined.offset + len(joined)]
-    return b"[" + memoryview(joined.buffers()[2])[start:end - 1] + b"]"
-
-
-def _parse_objects(texts: pa.Array) -> list:
-    """Valid JSON texts (not null, at least one), parsed exactly as json.loads parses them."""
-    exact = equals(pc.match_substring_regex(texts, _LONG_DIGITS), True)
-    fast = np.flatnonzero(~exact)
-    try:
-        parsed = orjson.loads(_json_array(texts if len(fast) == len(texts) else texts.take(pa.array(fast))))
-    except orjson.JSONDecodeError:
-        return _loads(texts.to_pylist())
-    if len(fast) == len(texts):
-        return parsed
-    result = [None] * len(texts)
-    for i, value in zip(fast.tolist(), parsed):
-        result[i] = value
-    slow = np.flatnonzero(exact)
-    for i, value in zip(slow.tolist(), _loads(texts.take(pa.array(slow)).to_pylist())):
-        result[i] = value
-    return result
-
-
-def _booleans_equal(a, b) -> bool:
-    """For parsed objects that Python's == calls equal: equal as JSON values too?
-
-    Python's == differs from canonical_json only in taking a boolean for a
-    number (True == 1). Sorted serializations that match settle it in C;
-    they differ for 1 and 1.0, which canonical_json then decides, as it does
-    for integers orjson cannot write.
-    """
-    try:
-        if orjson.dumps(a, option=orjson.OPT_SORT_KEYS) == orjson.dumps(b, option=orjson.OPT_SORT_KEYS):
-            return True
-    except orjson.JSONEncodeError:
-        pass
-    return canonical_json(a) == canonical_json(b)
 
 
 # Calls whose texts are parsed at a time: parsed objects take several times their
@@ -172,11 +63,14 @@ class Judged:
 
 
 def judge(flat: FlatCalls, policy, asked: dict, comparable: np.ndarray) -> Judged:
-    """Each text parsed once, shared by the policy (`asked[context]`: the calls
-    to put to it) and the JSON comparison of the `comparable` pairs.
+    """The policy's rulings (`asked[context]`: the calls to put to it) and the
+    JSON comparison of the `comparable` pairs.
 
     The commit context's ruling is the proposal's where its text and
     principal are byte for byte the proposal's (the policy sees the same call).
+    Compiled (transforms.jsontext), nothing is parsed: the policy reads its
+    paths from the texts, and pairs are compared on them. In pure Python each
+    text is parsed once, and the parsed objects are shared.
     """
     left, right = flat.field("proposal.resolved_arguments"), flat.field("commit.resolved_arguments")
     same = equals(pc.equal(left, right), True)
@@ -184,11 +78,34 @@ def judge(flat: FlatCalls, policy, asked: dict, comparable: np.ndarray) -> Judge
     rulings = {context: None if policy is None else np.zeros(len(left), np.int8) for context in asked}
     need = {context: np.zeros(len(left), bool) for context in asked}
     reuse = np.zeros(len(left), bool)
+    ask = None
     if policy is not None:
+        tools = flat.field("tool")
         principals = {context: flat.field(f"{context}.principal") for context in asked}
         reuse = asked["proposal"] & asked["commit"] & same & equals(pc.equal(*principals.values()), True)
         need = {"proposal": asked["proposal"], "commit": asked["commit"] & ~reuse}
-        tools = flat.field("tool")
+
+        def ask(context: str, at: np.ndarray, arguments) -> None:
+            taken = pa.array(at)
+            rulings[context][at] = policy.rulings(tools.take(taken), principals[context].take(taken), arguments)
+
+    if jsontext.native():
+        for context, texts in (("proposal", left), ("commit", right)):
+            at = np.flatnonzero(need[context])
+            if len(at):
+                ask(context, at, ArgumentTexts(texts, at))
+        pairs = np.flatnonzero(differ)
+        same[pairs] = jsontext.same_values(left, right, pairs)
+    else:
+        _judge_parsed(left, right, need, differ, same, ask)
+    if policy is not None:
+        rulings["commit"][reuse] = rulings["proposal"][reuse]
+    return Judged(rulings["proposal"], rulings["commit"], same)
+
+
+def _judge_parsed(left: pa.Array, right: pa.Array, need: dict, differ: np.ndarray, same: np.ndarray, ask) -> None:
+    """judge() in pure Python: `same` settled for the `differ` pairs, `ask`
+    called for the calls each context `need`s, on parsed objects."""
     # Commit texts equal to their proposal's are parsed on the proposal's side.
     parse_left = need["proposal"] | differ | (need["commit"] & same)
     parse_right = differ | (need["commit"] & ~same)
@@ -201,36 +118,19 @@ def judge(flat: FlatCalls, policy, asked: dict, comparable: np.ndarray) -> Judge
         for context, parsed in (("proposal", parsed_left), ("commit", parsed_right)):
             at = chunk[need[context][chunk]]
             if len(at):
-                taken = pa.array(at)
-                subjects = [parsed[i] for i in at.tolist()]
-                rulings[context][at] = policy.rulings(tools.take(taken), principals[context].take(taken), subjects)
+                ask(context, at, [parsed[i] for i in at.tolist()])
         pairs = chunk[differ[chunk]]
         if len(pairs):
-            same[pairs] = _equal_values(left.take(pa.array(pairs)), right.take(pa.array(pairs)),
-                                        [parsed_left[i] for i in pairs.tolist()],
-                                        [parsed_right[i] for i in pairs.tolist()])
-    if policy is not None:
-        rulings["commit"][reuse] = rulings["proposal"][reuse]
-    return Judged(rulings["proposal"], rulings["commit"], same)
+            same[pairs] = jsontext.equal_parsed(left.take(pa.array(pairs)), right.take(pa.array(pairs)),
+                                                [parsed_left[i] for i in pairs.tolist()],
+                                                [parsed_right[i] for i in pairs.tolist()])
 
 
 def _parsed(texts: pa.Array, at: np.ndarray) -> dict:
     """Call index -> parsed object, for the valid JSON object texts at `at`."""
     if not len(at):
         return {}
-    return dict(zip(at.tolist(), _parse_objects(texts.take(pa.array(at)))))
-
-
-def _equal_values(left: pa.Array, right: pa.Array, lefts: list, rights: list) -> np.ndarray:
-    """Whether parsed JSON objects are the same value (their texts differ byte for byte)."""
-    # RE2 finds either literal in one pass, three times faster than match_substring twice.
-    booleans = np.logical_or.reduce([equals(pc.match_substring_regex(text, "true|false"), True)
-                                     for text in (left, right)])
-    equal = np.array([a == b for a, b in zip(lefts, rights)], bool)
-    # A boolean needs a `true` or `false` literal in the text.
-    for i in np.flatnonzero(equal & booleans).tolist():
-        equal[i] = _booleans_equal(lefts[i], rights[i])
-    return equal
+    return dict(zip(at.tolist(), jsontext.parse_objects(texts.take(pa.array(at)))))
 
 
 @dataclass(frozen=True)
