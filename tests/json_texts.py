@@ -55,7 +55,7 @@ def string_literal(draw, text: str) -> str:
             out.append(draw(st.sampled_from(["\\u%04x", "\\u%04X"])) % code)
         elif code > 0xFFFF and escape:
             high, low = 0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF)
-            out.append("\\u%04x\\u%04x" % (high, low))
+            out.append(f"\\u{high:04x}\\u{low:04x}")
         else:
             out.append(char)
     return '"' + "".join(out) + '"'
@@ -65,7 +65,7 @@ def number_literal(draw, value, spelled: bool) -> str:
     if isinstance(value, float):
         if math.isinf(value):
             return "1e400" if value > 0 else "-1e400"
-        return draw(st.sampled_from([repr(value), "%.17g" % value]))
+        return draw(st.sampled_from([repr(value), f"{value:.17g}"]))
     if spelled and abs(value) < 2 ** 53 and draw(st.integers(0, 3)) == 0:
         return draw(st.sampled_from([f"{value}.0", f"{value}e0", f"{value}E+0"] + ([f"{value}0e-1"] if value else [])))
     return str(value)

@@ -20,22 +20,27 @@ from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.graph import ScoreTrajectories
 from litmus_score.scoring import contract as c
 from litmus_score.scoring import metrics as m
 from litmus_score.scoring.policy import load_policy
 from litmus_score.scoring.trajectory import DEFAULT_BOUNDS, check_completeness, decoded, score_trajectory
+from pipeline.graph import ScoreTrajectories
 from tests import builders as b
 from tests.json_texts import IDS, IMPLEMENTATIONS, examples
 from tests.strategies import SMALL_BOUNDS, trajectory_lists
 from transforms import jsontext
 from transforms.classify import ClassifyFn, unscored_statistics
 from transforms.completeness import CheckCompletenessFn, completeness_reasons
-from transforms.metrics import RunMetricsCombineFn
 from transforms.conform import conform_batch
+from transforms.metrics import RunMetricsCombineFn
 from transforms.resolve import ResolveContextsFn
 
+# Property tests through a pipeline: make test runs them, make check does not.
+pytestmark = pytest.mark.slow
+
 MODES = st.sampled_from(c.MODES)
+# Whole trajectories through a pipeline: slower and larger than Hypothesis expects by default.
+SLOW_DATA = [HealthCheck.too_slow, HealthCheck.data_too_large]
 BOUNDS = st.sampled_from([DEFAULT_BOUNDS, SMALL_BOUNDS])
 POLICY = load_policy(Path(__file__).resolve().parents[1] / "configs" / "policy.yaml")
 implementations = pytest.mark.parametrize("compiled", IMPLEMENTATIONS, ids=IDS)
@@ -112,7 +117,7 @@ def vectorized(rows, mode, batch_rows, policy=None, bounds=DEFAULT_BOUNDS):
 
 
 @implementations
-@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=SLOW_DATA)
 @given(rows=trajectory_lists(), mode=MODES, batch_rows=st.integers(1, 16), policy=st.sampled_from([None, POLICY]),
        bounds=BOUNDS)
 def test_stages_agree_with_reference(compiled, rows, mode, batch_rows, policy, bounds):
@@ -121,7 +126,7 @@ def test_stages_agree_with_reference(compiled, rows, mode, batch_rows, policy, b
 
 
 @implementations
-@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=SLOW_DATA)
 @given(rows=trajectory_lists(), bounds=BOUNDS)
 def test_completeness_reasons_equal_reference(compiled, rows, bounds):
     raw = b.table(rows)
@@ -134,7 +139,7 @@ def test_completeness_reasons_equal_reference(compiled, rows, bounds):
 
 
 @implementations
-@settings(max_examples=examples(8), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(8), deadline=None, suppress_health_check=SLOW_DATA)
 @given(rows=trajectory_lists(max_size=25), mode=MODES)
 def test_pipeline_metrics_equal_reference(compiled, rows, mode):
     with tempfile.TemporaryDirectory() as folder, jsontext.implementation(compiled):
@@ -157,7 +162,7 @@ def test_pipeline_metrics_equal_reference(compiled, rows, mode):
 
 
 @implementations
-@settings(max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(50), deadline=None, suppress_health_check=SLOW_DATA)
 @given(rows=trajectory_lists(), policy=st.sampled_from([None, POLICY]))
 def test_validity_block_is_the_same_in_every_mode(compiled, rows, policy):
     with jsontext.implementation(compiled):

@@ -18,8 +18,8 @@ import yaml
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.stager import Stager
 
-from pipeline.options import ScoreOptions, UsageError, validate
 from litmus_score.scoring import contract as c
+from pipeline.options import ScoreOptions, UsageError, validate
 from tests import builders as b
 from tests.conftest import RUNNER, load_json
 from transforms import jsontext
@@ -28,7 +28,8 @@ REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = REPO / "deploy" / "dataflow"
 # The import names a wheel installs, and every package folder under them.
 TOP_LEVEL = {"pipeline", "transforms", "litmus_score"}
-PACKAGES = sorted(str(init.parent.relative_to(REPO)) for name in TOP_LEVEL for init in (REPO / name).rglob("__init__.py"))
+PACKAGES = sorted(str(init.parent.relative_to(REPO))
+                  for name in TOP_LEVEL for init in (REPO / name).rglob("__init__.py"))
 
 
 def metadata() -> dict:
@@ -55,8 +56,8 @@ def sdist(tmp_path_factory):
 
 @pytest.mark.slow
 def test_the_sdist_carries_every_module_the_workers_import(sdist):
-    import pipeline.cli  # noqa: F401  (the launcher's imports)
-    import pipeline.graph  # noqa: F401  (the workers' imports: every DoFn, coder and rule)
+    import pipeline.cli
+    import pipeline.graph
 
     ours = {Path(module.__file__).relative_to(REPO).parts[0] for module in list(sys.modules.values())
             if getattr(module, "__file__", None) and Path(module.__file__).is_relative_to(REPO)}
@@ -142,7 +143,8 @@ def test_the_required_cli_options_are_the_required_parameters(tmp_path):
     # Both commands need --input; --output is score's (nightly chooses it under output_root).
     optional = {p["name"] for p in metadata()["parameters"] if p.get("isOptional")}
     assert {p["name"] for p in metadata()["parameters"]} - optional == {"input"}
-    assert "Required for command=score" in next(p for p in metadata()["parameters"] if p["name"] == "output")["helpText"]
+    output = next(p for p in metadata()["parameters"] if p["name"] == "output")
+    assert "Required for command=score" in output["helpText"]
 
 
 @pytest.mark.parametrize("name, good, bad", [
@@ -233,14 +235,16 @@ def test_the_build_and_launch_commands_are_valid_for_gcloud():
     # gcloud builds submit takes one of --config, --pack and --tag (its synopsis: a mutually exclusive group).
     assert submits and all(sum(f"--{flag}" in line for flag in ("config", "pack", "tag")) == 1 for line in submits)
     flex = " ".join(commands)
-    assert "gcloud dataflow flex-template build gs://" in flex and "--metadata-file deploy/dataflow/metadata.json" in flex
+    assert "gcloud dataflow flex-template build gs://" in flex
+    assert "--metadata-file deploy/dataflow/metadata.json" in flex
     assert "gcloud dataflow flex-template run" in flex and "--template-file-gcs-location" in flex
     assert "command=nightly" in flex
 
 
 def test_the_image_runs_the_entry_point_with_the_setup_file():
     dockerfile = (TEMPLATE / "Dockerfile").read_text()
-    assert dockerfile.startswith("#") and "FROM gcr.io/dataflow-templates-base/python311-template-launcher-base" in dockerfile
+    assert dockerfile.startswith("#")
+    assert "FROM gcr.io/dataflow-templates-base/python311-template-launcher-base" in dockerfile
     assert "FLEX_TEMPLATE_PYTHON_PY_FILE=/template/main.py" in dockerfile
     assert "FLEX_TEMPLATE_PYTHON_SETUP_FILE=/template/pyproject.toml" in dockerfile
     for copied in ["pyproject.toml setup.py README.md", *[f"{package}/" for package in sorted(TOP_LEVEL)], "configs/",

@@ -3,8 +3,8 @@
 import pytest
 
 from litmus_score.scoring import contract as c
-from litmus_score.scoring.rules import CallContext, CommitContext, ToolCall
 from litmus_score.scoring import validity
+from litmus_score.scoring.rules import CallContext, CommitContext, ToolCall
 from litmus_score.scoring.validity import FIELDS, audit_rows, call_validity
 from tests.json_texts import IDS, IMPLEMENTATIONS
 
@@ -115,7 +115,8 @@ def test_the_pipeline_compares_json_as_the_reference_does(monkeypatch, pairs_per
              ('{"n": [1, -12345678901234567890]}', '{"n":[1,-12345678901234567890]}', True),
              ('{"id": "12345678901234567890", "b": true}', '{"b": true, "id": "12345678901234567890"}', True),
              # Lone surrogate escapes: json reads them, orjson refuses.
-             ('{"s": "\\ud800"}', '{"s":"\\ud800"}', True), ('{"s": "\\ud800", "a": 1}', '{"a": 1, "s": "\\udc00"}', False),
+             ('{"s": "\\ud800"}', '{"s":"\\ud800"}', True),
+             ('{"s": "\\ud800", "a": 1}', '{"a": 1, "s": "\\udc00"}', False),
              ('{"a": -0.0}', '{"a": 0}', True), ('{"a": 1e2, "b": false}', '{"b": false, "a": 100}', True)]
     for left, right, same in pairs:  # the expectations are the reference's
         assert (canonical_json(parse_json_object(left)) == canonical_json(parse_json_object(right))) is same

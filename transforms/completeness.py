@@ -31,8 +31,6 @@ from transforms.jsontext import too_deep
 from transforms.records import unscored_table
 
 
-
-
 def _duplicate_ids(flat: FlatCalls, present: np.ndarray) -> np.ndarray:
     """Rows in which some call_id occurs twice."""
     call_ids = flat.field("call_id")
@@ -135,7 +133,8 @@ class CheckCompletenessFn(beam.DoFn):
         if not incomplete.all():
             # Too large rows go no further: resolution scans every text of the batch.
             keep = ~reasons[c.TOO_LARGE]
-            yield Checked(batch, ~incomplete) if keep.all() else Checked(batch.filter(pa.array(keep)), ~incomplete[keep])
+            yield (Checked(batch, ~incomplete) if keep.all()
+                   else Checked(batch.filter(pa.array(keep)), ~incomplete[keep]))
         if not incomplete.any():
             return
         rows = np.flatnonzero(incomplete)
@@ -144,8 +143,8 @@ class CheckCompletenessFn(beam.DoFn):
             Tag.UNSCORED,
             unscored_table(
                 batch.filter(pa.array(incomplete)),
-                [[reason for reason, mask in reasons.items() if mask[i]] for i in rows],
-                [_detail(i, reasons, missing, large, batch) for i in rows],
+                [[reason for reason, mask in reasons.items() if mask[i]] for i in rows.tolist()],
+                [_detail(i, reasons, missing, large, batch) for i in rows.tolist()],
             ),
         )
 

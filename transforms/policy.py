@@ -61,7 +61,8 @@ def glob_regex(pattern: str) -> str:
     (`[!...]` its complement, `]` first is a member, `a-z` ranges, a reversed
     range is empty), a `[` without its `]` is itself.
     """
-    out, i, n = [], 0, len(pattern)
+    out: list[str] = []
+    i, n = 0, len(pattern)
     while i < n:
         char = pattern[i]
         i += 1
@@ -127,7 +128,7 @@ class Values:
         self.value = value
 
     @classmethod
-    def of(cls, values: list) -> "Values":
+    def of(cls, values: list) -> Values:
         """The columns of parsed values (MISSING where the path does not resolve)."""
         kinds = np.fromiter((ABSENT if v is MISSING else _KINDS[type(v)] for v in values), np.int8, len(values))
         inexact = np.zeros(len(values), bool)
@@ -146,7 +147,7 @@ class Values:
         return cls(kinds, numbers, truth, inexact, _string_column(values, kinds, inexact), values.__getitem__)
 
     @classmethod
-    def at(cls, subjects: list, path: tuple, objects: bool = False) -> "Values":
+    def at(cls, subjects: list, path: tuple, objects: bool = False) -> Values:
         """The values at `path` in each subject (`objects`: every subject is a dict)."""
         if len(path) == 1 and objects:
             key = path[0]
@@ -201,7 +202,7 @@ class ArgumentTexts:
 
     def __init__(self, texts: pa.Array, rows: np.ndarray):
         self._texts, self._rows = texts, np.asarray(rows, np.int64)
-        self._parsed = {}
+        self._parsed: dict = {}
 
     def objects(self) -> list:
         return jsontext.parse_objects(self._texts.take(pa.array(self._rows))) if len(self._rows) else []
@@ -225,7 +226,7 @@ class View:
 
     def __init__(self, values: Values, at: np.ndarray | None = None):
         self.source, self.at = values, at
-        pick = (lambda column: column) if at is None else (lambda column: column[at])  # noqa: E731
+        pick = (lambda column: column) if at is None else (lambda column: column[at])
         self.kinds, self.numbers, self.truth = pick(values.kinds), pick(values.numbers), pick(values.truth)
         self.inexact = pick(values.inexact)
         self.lengths = None if values.lengths is None else pick(values.lengths)
@@ -316,6 +317,7 @@ class _CompiledCondition:
             found = _mask(pc.match_substring_regex(view.strings, self.pattern))
             text = (kinds == STRING) & ~view.inexact
             result[text & (found != name.startswith("not_"))] = TRUE
+            assert view.lengths is not None  # a view has lengths where it has strings
             result[text & (view.lengths > MAX_SUBJECT_LENGTH)] = UNDECIDED
         elif name in LIST_OPERATORS:
             lists = np.flatnonzero(kinds == LIST)
@@ -329,6 +331,7 @@ class _CompiledCondition:
     def _per_list(self, lists: list) -> np.ndarray:
         """`any` or `all` of the inner condition over each list's elements."""
         sizes = np.fromiter((len(items) for items in lists), np.int64, len(lists))
+        assert self.inner is not None  # a list operator's condition has its inner one
         inner = self.inner.evaluate([item for items in lists for item in items])
         filled = sizes > 0
         result = np.full(len(lists), FALSE if self.operator == "any" else TRUE, np.int8)
@@ -365,7 +368,8 @@ class CompiledPolicy:
         self.document = document
         self._rules = [(rule, [_CompiledCondition(condition) for condition in rule.when]) for rule in document.rules]
         # Tool or principal -> which rules apply (the principal's: and whether it is allowed), learnt per name.
-        self._by_tool, self._by_principal = {}, {}
+        self._by_tool: dict = {}
+        self._by_principal: dict = {}
 
     def __reduce__(self):
         return CompiledPolicy, (self.document,)
@@ -398,13 +402,13 @@ class CompiledPolicy:
         applies = (np.array([self._tool_row(t) for t in tool_names], bool).reshape(
             len(tool_names), len(self._rules))[tool_codes] & by_principal[:, :-1]).T
         # Each path is read once, for every call some rule reading it applies to.
-        readers = {}
+        readers: dict = {}
         for (_, conditions), calls in zip(self._rules, applies):
             for condition in conditions:
                 readers[condition.path] = readers.get(condition.path, False) | calls
         columns = arguments.columns(readers) if readers else {}
         state = np.where(allowed, FALSE, TRUE).astype(np.int8)
-        for (rule, conditions), calls in zip(self._rules, applies):
+        for (_, conditions), calls in zip(self._rules, applies):
             open_calls = np.flatnonzero(calls & (state < TRUE))
             matched = np.full(len(open_calls), TRUE, np.int8)
             for condition in conditions:

@@ -29,7 +29,7 @@ from transforms.records import unscored_table
 from transforms.validity import audit_masks, validity_statistics
 
 
-def json_object(array: pa.Array, known: pa.Array = None, known_ok: np.ndarray = None) -> np.ndarray:
+def json_object(array: pa.Array, known: pa.Array | None = None, known_ok: np.ndarray | None = None) -> np.ndarray:
     """Which texts are JSON objects, exactly as litmus_score.scoring.rules.parse_json_object says.
 
     Where `array` equals `known` byte for byte, `known_ok` already says
@@ -75,7 +75,7 @@ def judge(flat: FlatCalls, policy, asked: dict, comparable: np.ndarray) -> Judge
     left, right = flat.field("proposal.resolved_arguments"), flat.field("commit.resolved_arguments")
     same = equals(pc.equal(left, right), True)
     differ = comparable & ~same
-    rulings = {context: None if policy is None else np.zeros(len(left), np.int8) for context in asked}
+    rulings = {context: np.zeros(len(left), np.int8) for context in asked}
     need = {context: np.zeros(len(left), bool) for context in asked}
     reuse = np.zeros(len(left), bool)
     ask = None
@@ -98,8 +98,9 @@ def judge(flat: FlatCalls, policy, asked: dict, comparable: np.ndarray) -> Judge
         same[pairs] = jsontext.same_values(left, right, pairs)
     else:
         _judge_parsed(left, right, need, differ, same, ask)
-    if policy is not None:
-        rulings["commit"][reuse] = rulings["proposal"][reuse]
+    if policy is None:
+        return Judged(None, None, same)
+    rulings["commit"][reuse] = rulings["proposal"][reuse]
     return Judged(rulings["proposal"], rulings["commit"], same)
 
 
@@ -265,7 +266,7 @@ def _unscored_reasons(flat: FlatCalls, resolution: CallResolution, unscored_call
     """(reasons, detail) of each row in `rows`, from its `unscored_calls`."""
     bad_calls = np.flatnonzero(unscored_calls)
     call_ids = flat.field("call_id").take(pa.array(bad_calls)).to_pylist()
-    per_row = {}
+    per_row: dict = {}
     for call, call_id in zip(bad_calls, call_ids):
         names = [reason for reason, mask in resolution.reasons.items() if mask[call]]
         per_row.setdefault(flat.row[call], []).append((call_id, names))
@@ -298,7 +299,8 @@ class ResolveContextsFn(beam.DoFn):
             rows = np.flatnonzero(unscored)
             self._unscored.inc(len(rows))
             reasons, details = _unscored_reasons(flat, resolution, unscored_calls, rows)
-            yield beam.pvalue.TaggedOutput(Tag.UNSCORED, unscored_table(batch.filter(pa.array(unscored)), reasons, details))
+            table = unscored_table(batch.filter(pa.array(unscored)), reasons, details)
+            yield beam.pvalue.TaggedOutput(Tag.UNSCORED, table)
 
 
 class ResolveContexts(beam.PTransform):
