@@ -387,11 +387,21 @@ def replayed_log(log_dir: Path) -> Path:
 def damage_sample(log: Path, sample_id: str, change, out: Path) -> Path:
     """A copy of an .eval log at `out` in which one sample's record is changed
     by `change(record)` (as a disk error or a buggy writer would leave it);
-    every other member is copied as Inspect wrote it."""
+    every other member is copied as Inspect wrote it. With a .json `out`, the
+    copy is the same log written as one JSON document by Inspect."""
     import json
     import zipfile
 
     import zipfile_zstd
+
+    if out.suffix == ".json":
+        from inspect_ai.log import read_eval_log, write_eval_log
+
+        write_eval_log(read_eval_log(str(log)), str(out), format="json")
+        document = json.loads(out.read_text(encoding="utf-8"))
+        change(next(record for record in document["samples"] if record["id"] == sample_id))
+        out.write_text(json.dumps(document), encoding="utf-8")
+        return out
 
     name = f"samples/{sample_id}_epoch_1.json"
     with zipfile.ZipFile(log) as source, zipfile.ZipFile(out, "w") as copy:

@@ -178,11 +178,13 @@ def test_a_call_no_message_proposed_leaves_its_trajectory_unscored(replayed, tmp
     assert manifest["totals"]["calls_unmapped"] == 1 and manifest["totals"]["not_imported"] == {"units": 0, "calls": 0}
 
 
-def test_one_bad_sample_fails_alone_and_the_header_is_accounted_for(tmp_path):
-    """A sample whose `events` is not a list, mid-file: the other 39 samples are imported."""
+@pytest.mark.parametrize("suffix", [".eval", ".json"])
+def test_one_bad_sample_fails_alone_and_the_header_is_accounted_for(tmp_path, suffix):
+    """A sample whose `events` is not a list, mid-file: the other 39 samples are
+    imported, from an .eval log (one member per sample) or a .json one (one document)."""
     log = inspect_logs.many_samples_log(tmp_path / "logs", 40)
     damaged = inspect_logs.damage_sample(log, "s3", lambda record: record.update(events={"not": "a list"}),
-                                         tmp_path / "damaged.eval")
+                                         tmp_path / f"damaged{suffix}")
     assert run_import("inspect", [damaged], tmp_path / "shards") == 4
     assert len(read_rows(tmp_path / "shards" / "trajectories")) == 39
     manifest = check_accounting(tmp_path / "shards")

@@ -309,8 +309,9 @@ def read_log(local_path: str, source: str, principal: str, harness_verdict: str 
 
     Every sample and epoch the header lists is read on its own, so a sample
     Inspect cannot read (or this importer cannot map) fails alone and the
-    file's units are the header's. A .json log is one document Inspect
-    validates whole: there a bad sample fails the file. Inspect logs name no
+    file's units are the header's. A .json log is one document, which Inspect
+    validates whole: its samples are parsed once here and validated one by
+    one, so there too a bad sample fails alone. Inspect logs name no
     acting identity: every principal is the default. `harness_verdict`
     (HarnessVerdict.parse) names the sample score kept as the harness's verdict.
     """
@@ -325,21 +326,23 @@ def read_log(local_path: str, source: str, principal: str, harness_verdict: str 
                 for epoch in range(1, (spec.config.epochs or 1) + 1)]
     yield r.FileSummary({"status": header.status, "eval_id": spec.eval_id, "task": spec.task},
                         units_declared=len(expected))
-    samples_alone = local_path.endswith(".eval")
+    if local_path.endswith(".eval"):
+        def read(sample_id, epoch):
+            # Attachments resolved in the core fields: long tool arguments are kept
+            # as attachment references otherwise.
+            return read_eval_log_sample(local_path, sample_id, epoch, resolve_attachments="core",
+                                        exclude_fields={"store"})
+    else:
+        read = _json_samples(local_path)
     for sample_id, epoch in expected:
         where = f"sample {sample_id!r} epoch {epoch}"
         try:
-            # Attachments resolved in the core fields: long tool arguments are kept
-            # as attachment references otherwise.
-            sample = read_eval_log_sample(local_path, sample_id, epoch, resolve_attachments="core",
-                                          exclude_fields={"store"})
+            sample = read(sample_id, epoch)
         except IndexError:
             yield r.Unmapped(where, "sample_not_in_log",
                              f"the header lists it; the log (status {header.status}) holds no record of it", unit=True)
             continue
         except Exception as error:
-            if not samples_alone:
-                raise
             yield r.Unmapped(where, "sample_unreadable", r.bounded(f"{type(error).__name__}: {error}"), unit=True)
             continue
         try:
@@ -350,3 +353,25 @@ def read_log(local_path: str, source: str, principal: str, harness_verdict: str 
         yield from unmapped
         if mapped is not None:
             yield mapped
+
+
+def _json_samples(local_path: str):
+    """read(sample_id, epoch) -> EvalSample of a .json log: the document parsed
+    once, each sample validated (and its attachments resolved) on its own;
+    IndexError for one the log does not hold."""
+    import orjson
+    from inspect_ai.log import EvalSample, resolve_sample_attachments
+
+    with open(local_path, "rb") as handle:
+        document = orjson.loads(handle.read())
+    records = document.get("samples") if isinstance(document, dict) else None
+    by_key = {(record.get("id"), record.get("epoch")): record
+              for record in records or () if isinstance(record, dict)}
+
+    def read(sample_id, epoch):
+        if (sample_id, epoch) not in by_key:
+            raise IndexError(sample_id)
+        record = {key: value for key, value in by_key[(sample_id, epoch)].items() if key != "store"}
+        return resolve_sample_attachments(EvalSample.model_validate(record), "core")
+
+    return read
