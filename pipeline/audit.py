@@ -95,16 +95,18 @@ def main(argv) -> Exit:
     parser = argparse.ArgumentParser(prog="litmus-score audit", description=__doc__.split("\n")[0])
     parser.add_argument("inputs", nargs="+", help="Parquet shard paths or globs (local, gs://, ...)")
     parser.add_argument("--policy", default=None, help="policy YAML: decides where a context recorded no verdict")
+    parser.add_argument("--accept_no_verdict", action="store_true",
+                        help="audit shards that record no verdict (agent logs) without a policy: every call no_verdict")
     args, beam_args = parser.parse_known_args(argv)
 
     import apache_beam as beam
 
     from litmus_score.scoring import contract as c
     from pipeline.flags import beam_options
-    from pipeline.graph import ScoreTrajectories
+    from pipeline.graph import ScoreTrajectories, check_verdict_source
     from pipeline.options import UsageError, load_policy_file
     from transforms.files import to_json, write_text
-    from transforms.read import NoMatchingShards
+    from transforms.read import NoMatchingShards, NoVerdictSource
 
     try:
         policy = load_policy_file(args.policy) if args.policy else None
@@ -116,8 +118,10 @@ def main(argv) -> Exit:
         path = f"{folder}/metrics.json"
         pipeline = beam.Pipeline(options=options)
         try:
-            outputs = pipeline | "Score trajectories" >> ScoreTrajectories(args.inputs, c.COMMIT, policy=policy)
-        except NoMatchingShards as error:
+            score = ScoreTrajectories(args.inputs, c.COMMIT, policy=policy)
+            check_verdict_source(score.shards, policy, args.accept_no_verdict)
+            outputs = pipeline | "Score trajectories" >> score
+        except (NoMatchingShards, NoVerdictSource) as error:
             text.error(error)
             return Exit.USAGE
         outputs["metrics"] | "Keep metrics" >> beam.Map(lambda doc: write_text(path, to_json(doc)))

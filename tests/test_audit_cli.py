@@ -3,6 +3,7 @@
 from pipeline.cli import main
 from tests import builders as b
 from tests.conftest import RUNNER
+from transforms import schema as s
 
 
 def test_audit_names_the_tool_that_diverges_first(tmp_path, capsys):
@@ -34,3 +35,18 @@ def test_audit_names_the_tool_that_diverges_first(tmp_path, capsys):
 def test_audit_without_matching_input_is_a_usage_error(tmp_path, capsys):
     assert main(["audit", str(tmp_path / "none-*.parquet"), *RUNNER]) == 2
     assert "none-" in capsys.readouterr().err
+
+
+def test_audit_of_shards_without_verdicts_needs_a_policy(tmp_path, capsys):
+    """Shards an import wrote record no verdict: without --policy every call would be
+    no_verdict, so audit stops as score does, unless asked to go on."""
+    rows = [b.trajectory("t0", [b.call("c0", 0, tool="read_file", proposal=b.context(None),
+                                       commit_=b.commit(None))])]
+    imported = s.TRAJECTORY.with_metadata({s.VERDICTS: s.NO_VERDICTS})
+    shard = b.write_shard(tmp_path / "imported.parquet", rows, schema=imported)
+    assert main(["audit", shard, *RUNNER]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert "record no policy verdict" in line and "--policy FILE" in line and "--accept_no_verdict" in line
+    assert main(["audit", shard, "--accept_no_verdict", *RUNNER]) == 0
+    read = capsys.readouterr().out.splitlines()[1].split()
+    assert read[:3] == ["read_file", "1", "1"]
