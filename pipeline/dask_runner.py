@@ -253,11 +253,15 @@ class _Stages(PipelineVisitor):
             todo += [unit.main_input, *unit.side_inputs()] if isinstance(unit, _Stage) else _inputs(node)
         return False
 
+    def _fused_readers(self, pcoll, stage: _Stage) -> list:
+        """The members of `stage` whose main input is `pcoll`: its values go straight to them."""
+        return [reader for reader in self._readers.get(pcoll, [])
+                if self._stage.get(reader) is stage and pcoll in reader.main_inputs.values()]
+
     def _kept(self, stage: _Stage) -> list:
         """The stage's outputs that are read outside it (by another transform, or as a side input)."""
         return [pcoll for member in stage.members for pcoll in member.outputs.values()
-                if any(self._stage.get(reader) is not stage or pcoll not in reader.main_inputs.values()
-                       for reader in self._readers.get(pcoll, []))]
+                if len(self._fused_readers(pcoll, stage)) < len(self._readers.get(pcoll, []))]
 
     def _bag(self, pcoll):
         if pcoll not in self._bags:
@@ -271,7 +275,7 @@ class _Stages(PipelineVisitor):
 
     def _translate(self, node) -> None:
         op = TRANSLATIONS.get(node.transform.__class__, NoOp)(node, bag_kwargs=self._bag_kwargs)
-        bag_inputs = [self._bag(value) for value in node.inputs if not isinstance(value, pvalue.PBegin)]
+        bag_inputs = [self._bag(value) for value in _inputs(node)]
         if isinstance(op, GroupByKey):
             bag_inputs = [_fewer_partitions(bag_inputs[0])]
         bag = op.apply(bag_inputs if isinstance(op, Flatten) else (bag_inputs[0] if bag_inputs else None))
@@ -291,8 +295,7 @@ class _Stages(PipelineVisitor):
                     member.transform.args, member.transform.kwargs,
                     [(sides.index(side.pvalue), type(side), side._view_options(), side._window_mapping_fn)
                      for side in member.side_inputs],
-                    {tag: ([index[reader] for reader in self._readers.get(pcoll, [])
-                            if self._stage.get(reader) is stage and pcoll in reader.main_inputs.values()],
+                    {tag: ([index[reader] for reader in self._fused_readers(pcoll, stage)],
                            kept.index(pcoll) if pcoll in kept else None)
                      for tag, pcoll in member.outputs.items()},
                 ))
