@@ -47,7 +47,7 @@ def share_done(counts: Counts):
     """Trajectories read of those declared (None before the main read starts)."""
     if not counts.rows or not counts.declared:
         return None
-    # At most all: a shard's rows are declared by the pass before the one that reads them.
+    # At most all, though a file rewritten between the two passes may hold more rows than it declared.
     return min(1.0, counts.rows / counts.declared)
 
 
