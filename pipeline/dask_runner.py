@@ -104,11 +104,11 @@ class _Member:
     outputs: dict  # tag -> (indices of the members that read it, key it is kept under outside or None)
 
 
-def run_stage(items, members: bytes, side_values) -> "_Partition":
+def run_stage(items, pickled_members: bytes, side_values) -> "_Partition":
     """One partition through a fused stage, one bundle per member: [(kept output's key, value)]."""
     # Each task unpickles its own DoFns, as each Beam bundle processor does:
     # a DoFn instance is never shared by two bundles running at once.
-    members = pickle.loads(members)
+    members = pickle.loads(pickled_members)
     kept, invokers = [], [None] * len(members)
     for i in reversed(range(len(members))):  # consumers first: a member's receivers call them
         member = members[i]
