@@ -161,3 +161,59 @@ def test_each_element_is_processed_once_though_a_combine_reads_its_result_as_a_s
 ])
 def test_dask_is_our_runners_short_name(argv, expected):
     assert with_our_runners(argv) == expected
+
+
+class _Emit(beam.DoFn):
+    """Logs each value it emits; sends the even ones to the main output and the odd ones to a tag."""
+
+    def __init__(self, log):
+        self._log = log
+
+    def process(self, count):
+        for n in range(count):
+            with open(self._log, "a") as log:
+                log.write(f"emit {n}\n")
+            yield n if n % 2 == 0 else pvalue.TaggedOutput("odd", n)
+
+
+def _log_receipt(log, kind):
+    def receive(n):
+        with open(log, "a") as handle:
+            handle.write(f"{kind} {n}\n")
+    return receive
+
+
+@pytest.mark.slow
+def test_a_chain_of_pardos_with_tagged_outputs_streams_each_value_through_in_one_task(tmp_path, scheduler):
+    # Each value reaches the next ParDos while the first is still emitting:
+    # nothing waits in worker memory for the whole of an upstream output.
+    from pipeline.dask_runner import DaskRunner
+
+    log = tmp_path / "log"
+    options = PipelineOptions(["--dask_client_address", scheduler.scheduler.address])
+    pipeline = beam.Pipeline(runner=DaskRunner(), options=options)
+    split = pipeline | beam.Create([4]) | beam.ParDo(_Emit(str(log))).with_outputs("odd", main="even")
+    split.even | "Even" >> beam.Map(_log_receipt(str(log), "even"))
+    split.odd | "Odd" >> beam.Map(_log_receipt(str(log), "odd"))
+    outcome = pipeline.run()
+    outcome.wait_until_finish()
+    outcome.client.close()
+    assert log.read_text().splitlines() == [
+        "emit 0", "even 0", "emit 1", "odd 1", "emit 2", "even 2", "emit 3", "odd 3"]
+
+
+@pytest.mark.slow
+def test_a_pardo_whose_side_input_comes_from_its_own_chain_waits_for_it(tmp_path, scheduler):
+    # Fused into the chain that computes its side input, the task would wait on itself.
+    from pipeline.dask_runner import DaskRunner
+
+    options = PipelineOptions(["--dask_client_address", scheduler.scheduler.address])
+    pipeline = beam.Pipeline(runner=DaskRunner(), options=options)
+    numbers = pipeline | beam.Create([1, 2, 3]) | "Square" >> beam.Map(lambda n: n * n)
+    total = numbers | "Sum" >> beam.CombineGlobally(sum)
+    shares = numbers | "Share" >> beam.Map(lambda n, whole: f"{n}of{whole}", beam.pvalue.AsSingleton(total))
+    shares | "Write" >> beam.Map(_touch(tmp_path, "share"))
+    outcome = pipeline.run()
+    outcome.wait_until_finish()
+    outcome.client.close()
+    assert sorted(path.name for path in tmp_path.glob("share-*")) == ["share-1of14", "share-4of14", "share-9of14"]

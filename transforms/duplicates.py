@@ -40,6 +40,7 @@ from transforms import schema as s
 from transforms.columnar import group_codes
 from transforms.conform import UNREADABLE, conform_array, conform_batch
 from transforms.elements import Shard, Tag
+from transforms.progress import TALLY
 from transforms.records import unscored_table
 from transforms.shardfiles import not_a_shard, opened
 
@@ -117,6 +118,7 @@ def _key_index(path: str, parquet: pq.ParquetFile):
     """An open shard's KeyIndex, reading the two key columns only (None: nothing to index)."""
     if not_a_shard(parquet) is not None:
         return None
+    TALLY.declare(path, parquet.metadata.num_rows)  # the progress line's total (transforms.progress)
     rows, hashes, start = [], [], 0
     for group in range(parquet.metadata.num_row_groups):
         size = parquet.metadata.row_group(group).num_rows

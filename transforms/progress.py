@@ -1,35 +1,58 @@
-"""How much this process has read: shards done and calls, for the launcher's progress line.
+"""How much this process has read, for the launcher's progress line.
 
-Counted by the read stage in whatever process runs it and read only by a
+Counted by the stages in whatever process runs them and read only by a
 launcher that runs the pipeline in its own process (DirectRunner's
-threads), to draw its progress line. Nothing here decides a result: a
-runner's workers count for no one, and Beam's counters stay the record.
+threads), to draw its progress line: the duplicate-key pass declares the
+trajectories each shard's footer holds (it reads every footer before the
+main read starts), and the read stage counts shards done, trajectories and
+calls. Nothing here decides a result: a runner's workers count for no one,
+and Beam's counters stay the record.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from typing import NamedTuple, Optional
+
+
+class Counts(NamedTuple):
+    shards: int  # shards read to the end
+    rows: int  # trajectories read
+    calls: int  # tool calls read
+    declared: int  # trajectories the footers declare, of the shards the key pass has opened
+    reading_since: Optional[float]  # time.monotonic() of the first trajectory read
 
 
 class Tally:
-    """Shards done and calls read, safe across worker threads."""
+    """Counts of a run, safe across worker threads."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._shards = self._calls = 0
+        self.reset()
 
-    def add(self, shards: int = 0, calls: int = 0) -> None:
+    def add(self, shards: int = 0, rows: int = 0, calls: int = 0) -> None:
         with self._lock:
+            if rows and self._reading_since is None:
+                self._reading_since = time.monotonic()
             self._shards += shards
+            self._rows += rows
             self._calls += calls
 
-    def read(self) -> tuple:
+    def declare(self, path: str, rows: int) -> None:
+        """The trajectories a shard's footer declares; a shard opened again counts once."""
         with self._lock:
-            return self._shards, self._calls
+            self._declared[path] = rows
+
+    def read(self) -> Counts:
+        with self._lock:
+            return Counts(self._shards, self._rows, self._calls, sum(self._declared.values()), self._reading_since)
 
     def reset(self) -> None:
         with self._lock:
-            self._shards = self._calls = 0
+            self._shards = self._rows = self._calls = 0
+            self._declared = {}
+            self._reading_since = None
 
 
 TALLY = Tally()

@@ -114,7 +114,7 @@ class ReadShardFn(beam.DoFn):
                     position += batch.num_rows
                     self._rows.inc(batch.num_rows)
                     yield conformed
-                    TALLY.add(calls=calls_in(conformed))
+                    TALLY.add(rows=conformed.num_rows, calls=calls_in(conformed))
             except UNREADABLE as error:
                 # A corrupt row group: the rows it declares and were not
                 # read are counted, the file named, the rest read on.
