@@ -45,6 +45,8 @@ import math
 import os
 import pickle
 import sys
+from collections.abc import Callable
+from typing import Any
 
 try:
     import cloudpickle
@@ -60,7 +62,14 @@ from apache_beam.pipeline import PipelineVisitor, PTransformOverride
 from apache_beam.runners.common import DoFnContext, DoFnInvoker, DoFnSignature, Receiver, _OutputHandler
 from apache_beam.runners.dask import dask_runner as beam_dask
 from apache_beam.runners.dask.overrides import dask_overrides
-from apache_beam.runners.dask.transform_evaluator import TRANSLATIONS, Flatten, GroupByKey, NoOp, get_windowed_value
+from apache_beam.runners.dask.transform_evaluator import (
+    TRANSLATIONS,
+    DaskBagOp,
+    Flatten,
+    GroupByKey,
+    NoOp,
+    get_windowed_value,
+)
 from apache_beam.transforms.combiners import LiftedCombinePerKey
 from apache_beam.transforms.core import CombinePerKey, DoFn, ParDo
 from apache_beam.transforms.sideinputs import SideInputMap
@@ -104,12 +113,13 @@ class _Member:
     outputs: dict  # tag -> (indices of the members that read it, key it is kept under outside or None)
 
 
-def run_stage(items, pickled_members: bytes, side_values) -> "_Partition":
+def run_stage(items, pickled_members: bytes, side_values) -> _Partition:
     """One partition through a fused stage, one bundle per member: [(kept output's key, value)]."""
     # Each task unpickles its own DoFns, as each Beam bundle processor does:
     # a DoFn instance is never shared by two bundles running at once.
     members = pickle.loads(pickled_members)
-    kept, invokers = [], [None] * len(members)
+    kept: list = []
+    invokers: list[Any] = [None] * len(members)  # each set before it is called: consumers first
     for i in reversed(range(len(members))):  # consumers first: a member's receivers call them
         member = members[i]
         receivers = _Receivers({
@@ -219,11 +229,11 @@ class _Stages(PipelineVisitor):
 
     def __init__(self, bag_kwargs: dict):
         self._bag_kwargs = bag_kwargs
-        self._producer = {}  # PCollection -> applied transform
-        self._stage = {}  # applied ParDo -> its _Stage
-        self._readers = {}  # PCollection -> applied transforms that read it (main or side input)
-        self._bags = {}  # PCollection -> dask Bag
-        self._tasks = {}  # _Stage -> its dask Bag of kept outputs
+        self._producer: dict = {}  # PCollection -> applied transform
+        self._stage: dict = {}  # applied ParDo -> its _Stage
+        self._readers: dict = {}  # PCollection -> applied transforms that read it (main or side input)
+        self._bags: dict = {}  # PCollection -> dask Bag
+        self._tasks: dict = {}  # _Stage -> its dask Bag of kept outputs
 
     def visit_transform(self, node) -> None:
         for value in _inputs(node):
@@ -274,7 +284,9 @@ class _Stages(PipelineVisitor):
         return self._bags[pcoll]
 
     def _translate(self, node) -> None:
-        op = TRANSLATIONS.get(node.transform.__class__, NoOp)(node, bag_kwargs=self._bag_kwargs)
+        # Beam's table types its values as the abstract base; each is a concrete op.
+        translation: Callable[..., DaskBagOp] = TRANSLATIONS.get(node.transform.__class__, NoOp)
+        op = translation(node, bag_kwargs=self._bag_kwargs)
         bag_inputs = [self._bag(value) for value in _inputs(node)]
         if isinstance(op, GroupByKey):
             bag_inputs = [_fewer_partitions(bag_inputs[0])]

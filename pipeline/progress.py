@@ -54,7 +54,7 @@ def share_done(counts: Counts):
 def seconds_left(counts: Counts, now: float):
     """The rest of the trajectories at the main read's pace so far (None before it starts)."""
     done = share_done(counts)
-    if done is None:
+    if done is None or counts.reading_since is None:
         return None
     return (now - counts.reading_since) * (1 - done) / done
 
@@ -72,21 +72,22 @@ def line(counts: Counts, total_shards: int, seconds: float, left=None) -> str:
 class ProgressLine:
     """Context manager: draws the progress line while the block runs."""
 
-    def __init__(self, total_shards: int, stream=None, after: float = None, every: float = 0.5):
+    def __init__(self, total_shards: int, stream=None, after: float | None = None, every: float = 0.5):
         self._total = total_shards
         self._stream = stream if stream is not None else sys.stderr
         self._after, self._every = SHOW_AFTER_SECONDS if after is None else after, every
         self._done = threading.Event()
         self._drawn = False
-        self._thread = None
+        self._thread: threading.Thread | None = None
 
     def __enter__(self):
         TALLY.reset()
         self._start = time.monotonic()
         isatty = getattr(self._stream, "isatty", None)
         if isatty is not None and isatty():
-            self._thread = threading.Thread(target=self._draw_until_done, name="litmus-progress", daemon=True)
-            self._thread.start()
+            thread = threading.Thread(target=self._draw_until_done, name="litmus-progress", daemon=True)
+            thread.start()
+            self._thread = thread
         return self
 
     def _draw(self, final: bool = False) -> None:

@@ -21,7 +21,6 @@ from tests.conftest import RUNNER, load_json  # noqa: E402
 from tests.engines import assert_same_run, reference_data  # noqa: E402
 
 
-
 @pytest.fixture(scope="module")
 def scheduler():
     """A two-worker LocalCluster (processes, loopback only), closed after the module's tests."""
@@ -39,7 +38,7 @@ def score(inputs, output, flags):
     return main(["score", "--input", str(inputs), "--output", str(output), *flags])
 
 
-@pytest.mark.slow
+@pytest.mark.engine
 def test_a_run_on_dask_equals_fnapi(tmp_path, scheduler):
     shards = reference_data(tmp_path / "ref")
     assert score(shards, tmp_path / "fnapi", RUNNER) == 0
@@ -62,7 +61,7 @@ def _swap_completeness_reasons(replacement=None):
         completeness.completeness_reasons = replacement
 
 
-@pytest.mark.slow
+@pytest.mark.engine
 def test_a_batch_that_raises_on_a_worker_goes_to_the_failed_dead_letter(tmp_path, scheduler, monkeypatch):
     # The safety-net test of test_cli, on worker processes: the same simulated
     # bug is planted in each worker (and, for FnApiRunner, in this process).
@@ -108,7 +107,7 @@ def _split_to_files(runner, folder, client):
     return sorted(path.name for path in folder.iterdir())
 
 
-@pytest.mark.slow
+@pytest.mark.engine
 def test_beams_own_dask_runner_still_needs_ours(tmp_path, scheduler):
     from apache_beam.runners.dask.dask_runner import DaskRunner as BeamDaskRunner
 
@@ -130,7 +129,7 @@ def _count_each_call(folder):
     return record
 
 
-@pytest.mark.slow
+@pytest.mark.engine
 def test_each_element_is_processed_once_though_a_combine_reads_its_result_as_a_side_input(tmp_path, scheduler):
     # CombineGlobally's default value is injected through a side input of
     # its own result; made Delayed whole, that side input once ran every
@@ -183,7 +182,7 @@ def _log_receipt(log, kind):
     return receive
 
 
-@pytest.mark.slow
+@pytest.mark.engine
 def test_a_chain_of_pardos_with_tagged_outputs_streams_each_value_through_in_one_task(tmp_path, scheduler):
     # Each value reaches the next ParDos while the first is still emitting:
     # nothing waits in worker memory for the whole of an upstream output.
@@ -202,7 +201,7 @@ def test_a_chain_of_pardos_with_tagged_outputs_streams_each_value_through_in_one
         "emit 0", "even 0", "emit 1", "odd 1", "emit 2", "even 2", "emit 3", "odd 3"]
 
 
-@pytest.mark.slow
+@pytest.mark.engine
 def test_a_pardo_whose_side_input_comes_from_its_own_chain_waits_for_it(tmp_path, scheduler):
     # Fused into the chain that computes its side input, the task would wait on itself.
     from pipeline.dask_runner import DaskRunner

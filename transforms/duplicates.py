@@ -94,8 +94,9 @@ def _powers(n: int):
     if len(cache[0]) <= n:
         size = max(n + 1, 2 * len(cache[0]))
         with np.errstate(over="ignore"):
-            cache = tuple(np.concatenate([[np.uint64(1)], np.cumprod(np.full(size - 1, factor, np.uint64))])
-                          for factor in (_BASE, _INVERSE))
+            base, inverse = (np.concatenate([[np.uint64(1)], np.cumprod(np.full(size - 1, factor, np.uint64))])
+                             for factor in (_BASE, _INVERSE))
+            cache = (base, inverse)
         _powers_cache = cache
     return cache
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 
 class Counts(NamedTuple):
@@ -21,7 +21,7 @@ class Counts(NamedTuple):
     rows: int  # trajectories read
     calls: int  # tool calls read
     declared: int  # trajectories the footers declare, of the shards the key pass has opened
-    reading_since: Optional[float]  # time.monotonic() of the first trajectory read
+    reading_since: float | None  # time.monotonic() of the first trajectory read
 
 
 class Tally:
@@ -29,7 +29,9 @@ class Tally:
 
     def __init__(self):
         self._lock = threading.Lock()
-        self.reset()
+        self._shards = self._rows = self._calls = 0
+        self._declared: dict[str, int] = {}
+        self._reading_since: float | None = None
 
     def add(self, shards: int = 0, rows: int = 0, calls: int = 0) -> None:
         with self._lock:
