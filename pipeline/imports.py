@@ -42,6 +42,7 @@ class ImportConfig:
     principal: str
     beam: PipelineOptions
     harness_verdict: str | None = None
+    max_sample_mib: float | None = None
 
 
 def _version(distribution: str) -> str | None:
@@ -58,6 +59,9 @@ def _add_import_flags(parser) -> None:
     parser.add_argument("--harness_verdict", "--harness-verdict", default=None, metavar="[not:]SCORER[.KEY]",
                         help="Inspect logs: the sample score that is the harness's own verdict of misuse (true: "
                              "misuse happened; not: true means safe), kept beside ours and compared in the report")
+    parser.add_argument("--max_sample_mib", "--max-sample-mib", type=float, default=None, metavar="MIB",
+                        help="Inspect logs: the bound on one sample's decompressed record (default "
+                             "256); a larger sample is not read, and is counted unmapped (sample_too_large)")
 
 
 def summary(manifest: dict, output: str) -> str:
@@ -98,7 +102,8 @@ def build_import(config: ImportConfig):
         raise UsageError(f"importing {config.log_format} logs needs {module.LIBRARY}: "
                          f"pip install 'litmus-score[{_EXTRAS[config.log_format]}]'")
     try:
-        logs_transform = p.ImportLogs(config.log_format, config.logs, config.principal, config.harness_verdict)
+        logs_transform = p.ImportLogs(config.log_format, config.logs, config.principal, config.harness_verdict,
+                                      max_sample_mib=config.max_sample_mib)
     except ValueError as error:  # NoMatchingLogs, an empty principal, a harness verdict it cannot read
         raise UsageError(str(error)) from None
     header = {
@@ -111,6 +116,7 @@ def build_import(config: ImportConfig):
         "logs": list(config.logs),
         "principal": {"default": config.principal},
         "harness_verdict": config.harness_verdict,
+        "max_sample_mib": logs_transform.max_sample_mib,
         # contract field <- log field; null: the source does not record it.
         "observes": module.OBSERVES,
     }
@@ -155,7 +161,7 @@ def import_command(argv) -> Exit:
     args, beam_args = parser.parse_known_args(argv)
     try:
         config = ImportConfig(args.format, tuple(args.logs), folder_name(args.output), args.principal,
-                              beam_options(beam_args), args.harness_verdict)
+                              beam_options(beam_args), args.harness_verdict, args.max_sample_mib)
         pipeline = build_import(config)
         lock = publish.claim(config.output, args.replace, kind=IMPORT)
     except (UsageError, publish.PublishError) as error:
@@ -195,7 +201,7 @@ def import_and_score(argv) -> Exit:
         if config.policy is None and not config.accept_no_verdict:  # logs record no verdict: stop before importing
             raise NoVerdictSource(args.inputs)
         import_config = ImportConfig(args.input_format, tuple(args.inputs), imported, args.principal, config.beam,
-                                     args.harness_verdict)
+                                     args.harness_verdict, args.max_sample_mib)
         pipeline = build_import(import_config)
         lock = publish.claim(output, config.replace)
     except (UsageError, publish.PublishError, NoVerdictSource) as error:

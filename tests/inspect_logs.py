@@ -413,3 +413,22 @@ def damage_sample(log: Path, sample_id: str, change, out: Path) -> Path:
                 data = json.dumps(record).encode("utf-8")
             copy.writestr(info, data)
     return out
+
+
+def long_arguments_log(log_dir: Path, samples: int = 3) -> Path:
+    """Samples whose call arguments are long enough (over 100 characters) that Inspect
+    keeps them in the sample's attachments and writes `attachment://` references."""
+    def script():
+        for i in range(samples):
+            yield output((f"long-{i}", "update_config", {"key": "note", "value": f"{i}:" + "x" * 300}))
+            yield output()
+
+    task = Task(
+        name="long_arguments",
+        dataset=[Sample(id=f"l{i}", input="x") for i in range(samples)],
+        solver=[use_tools([update_config()]), generate()],
+    )
+    [log] = eval(task, model=get_model("mockllm/model", custom_outputs=script()), log_dir=str(log_dir), display="none",
+                 max_samples=1)
+    assert log.status == "success", log.error
+    return Path(log.location)

@@ -287,3 +287,105 @@ def test_how_a_harness_score_is_read():
 def test_a_harness_verdict_names_a_score_of_inspect_logs_only(logs, tmp_path, capsys):
     assert run_import("otel", [logs["five"]], tmp_path / "shards", "--harness_verdict", "breach") == 2
     assert "--harness_verdict" in capsys.readouterr().err
+
+
+def _items_by_where(items):
+    """read_log's items keyed by the sample they belong to (file summaries left out)."""
+    from litmus_score.importers import rows as r
+
+    keyed = {}
+    for item in items:
+        if isinstance(item, r.Trajectory):
+            keyed.setdefault(item.row["source_position"], []).append(item.row)
+        elif isinstance(item, r.Unmapped):
+            keyed.setdefault(item.position.split(" event ")[0], []).append(item)
+    return keyed
+
+
+def test_reading_the_logs_members_equals_inspects_own_reader(logs, replayed, tmp_path):
+    """The importer parses each sample member itself and resolves its attachments; mapping
+    the samples Inspect's own reader returns (resolve_attachments="core") gives the same rows."""
+    from inspect_ai.log import read_eval_log
+
+    from litmus_score.importers.inspect import map_sample, read_log
+
+    long_log = inspect_logs.long_arguments_log(tmp_path / "long")
+    for log in (logs["five"], logs["terminated"], replayed["log"], long_log):
+        ours = _items_by_where(read_log(str(log), str(log), "agent"))
+        inspects = read_eval_log(str(log), resolve_attachments="core")
+        expected = _items_by_where(
+            item for sample in inspects.samples
+            for mapped, unmapped in [map_sample(inspects.eval, _live(sample), str(log), "agent")]
+            for item in [*unmapped, mapped])
+        assert ours == expected, log
+    [row] = _items_by_where(read_log(str(long_log), "", "agent"))["sample 'l1' epoch 1"]
+    assert json.loads(row["calls"][0]["arguments"])["value"] == "1:" + "x" * 300
+
+
+def _live(sample) -> dict:
+    """An EvalSample as map_sample takes it, its events and messages kept as Inspect's objects."""
+    return {"id": sample.id, "epoch": sample.epoch, "events": sample.events, "messages": sample.messages,
+            "limit": sample.limit.model_dump() if sample.limit else None,
+            "error": sample.error.model_dump() if sample.error else None, "scores": sample.scores}
+
+
+def _calls_sample(calls: int) -> list:
+    """The events of one sample of `calls` calls, each in its own tool span and changing the store."""
+    events = [{"event": "span_begin", "id": "solvers", "type": "solvers", "parent_id": None}]
+    for i in range(calls):
+        call = {"id": f"c{i}", "function": "update_config", "arguments": {"key": f"k{i}"}}
+        output = {"choices": [{"message": {"role": "assistant", "tool_calls": [call]}}]}
+        events += [{"event": "model", "output": output, "span_id": "solvers"},
+                   {"event": "span_begin", "id": f"tool-{i}", "type": "tool", "parent_id": "solvers"},
+                   {"event": "tool", "id": f"c{i}", "function": "update_config", "arguments": call["arguments"],
+                    "span_id": f"tool-{i}"},
+                   {"event": "store", "changes": [{"op": "add", "path": f"/k{i}"}], "span_id": f"tool-{i}"},
+                   {"event": "span_end", "id": f"tool-{i}", "span_id": f"tool-{i}"}]
+    return events
+
+
+class _OverBudget(Exception):
+    pass
+
+
+def _lines_run(function, budget: int) -> int:
+    """How many lines of litmus_score/importers/inspect.py `function()` runs; _OverBudget past `budget`."""
+    import sys
+
+    from litmus_score.importers import inspect as importer
+
+    count = 0
+
+    def count_line(frame, event, arg):
+        nonlocal count
+        count += 1
+        if count > budget:
+            raise _OverBudget(count)
+        return count_line
+
+    def trace(frame, event, arg):
+        return count_line if frame.f_code.co_filename == importer.__file__ else None
+
+    previous = sys.gettrace()
+    sys.settrace(trace)
+    try:
+        function()
+    finally:
+        sys.settrace(previous)
+    return count
+
+
+def test_mapping_a_sample_is_linear_in_its_calls():
+    """Each call's state change is found without walking every changed span again:
+    a sample of 20,000 calls costs about ten times one of 2,000 (a quadratic walk, a hundred)."""
+    from litmus_score.importers.inspect import map_calls
+
+    def mapped(calls):
+        events = _calls_sample(calls)
+        return lambda: map_calls(events, [], "agent", "sample", "t")
+
+    small = _lines_run(mapped(2_000), budget=10**9)
+    large = _lines_run(mapped(20_000), budget=12 * small)
+    assert 9 * small <= large <= 12 * small
+    calls, unmapped = map_calls(_calls_sample(3), [], "agent", "sample", "t")
+    assert unmapped == [] and [call["commit"]["state_mutated"] for call in calls] == [True] * 3

@@ -18,11 +18,12 @@ both use it.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
 
 import pyarrow as pa
 
@@ -30,7 +31,7 @@ from litmus_score.importers import rows as r
 
 FORMAT = "inspect"
 # read_log's options beyond the principal (litmus-score import --harness_verdict).
-OPTIONS = ("harness_verdict",)
+OPTIONS = ("harness_verdict", "max_sample_mib")
 LIBRARY = "inspect-ai"
 UNITS = "samples"
 SUFFIXES = (".eval", ".json")
@@ -96,9 +97,10 @@ class HarnessVerdict:
         return f"inspect:{'not:' if self.inverted else ''}{self.scorer}{'.' + self.key if self.key else ''}"
 
     def misuse(self, scores) -> bool | None:
-        """The verdict in a sample's scores; None where it has none (no such score, unscored, unreadable)."""
+        """The verdict in a sample's scores (the log's JSON, or Inspect's Score objects);
+        None where it has none (no such score, unscored, unreadable)."""
         score = (scores or {}).get(self.scorer)
-        value = score.value if score is not None else None
+        value = _as_json(score).get("value") if score is not None else None
         if self.key is not None:
             value = value.get(self.key) if isinstance(value, dict) else None
         positive = _truth(value)
@@ -131,42 +133,69 @@ def _outcome_of_error(error_type: str) -> tuple:
 
 
 class _Spans:
-    """Span tree of a sample's events: ancestry by span id."""
+    """Span tree of a sample's events, built as its span_begin events arrive.
+
+    Which spans lie inside the `scorers` span is settled when each span
+    begins (Inspect opens a parent before its children), and which hold a
+    state change is marked up the tree once per span: both linear in the
+    sample's events, however many calls and spans it has.
+    """
 
     def __init__(self):
-        self._parent, self._type = {}, {}
+        self._parent: dict = {}
+        self._scoring: set = set()
+        self._holds_change: set = set()
 
-    def add(self, event) -> None:
-        self._parent[event.id] = event.parent_id
-        self._type[event.id] = event.type
+    def add(self, event: dict) -> None:
+        span_id, parent = event.get("id"), event.get("parent_id")
+        self._parent[span_id] = parent
+        if event.get("type") == "scorers" or parent in self._scoring:
+            self._scoring.add(span_id)
 
-    def ancestry(self, span_id):
-        seen = set()
-        while span_id is not None and span_id not in seen:
-            seen.add(span_id)
-            yield span_id
+    def scoring(self, span_id) -> bool:
+        return span_id in self._scoring
+
+    def mark_change(self, span_id) -> None:
+        """`span_id` and its ancestors hold a state change; stops at a span already marked."""
+        while span_id is not None and span_id not in self._holds_change:
+            self._holds_change.add(span_id)
             span_id = self._parent.get(span_id)
 
-    def within_type(self, span_id, span_type: str) -> bool:
-        return any(self._type.get(s) == span_type for s in self.ancestry(span_id))
+    def holds_change(self, span_id) -> bool:
+        return span_id is not None and span_id in self._holds_change
 
-    def within(self, span_id, ancestor) -> bool:
-        return ancestor is not None and ancestor in self.ancestry(span_id)
 
+# A ModelEvent's fields the mapping never reads (its input is the whole conversation so far).
+_UNREAD_MODEL_FIELDS = {"input", "tools", "call"}
+
+
+def _as_json(item) -> dict:
+    """An event or message as the log's JSON holds it: a parsed dict as it is,
+    an Inspect object (the scorer's live transcript) dumped."""
+    if isinstance(item, dict):
+        return item
+    unread = _UNREAD_MODEL_FIELDS if getattr(item, "event", None) == "model" else None
+    return item.model_dump(mode="json", exclude=unread)
+
+
+def _time(text):
+    """A log's ISO timestamp as a datetime (the contract's `at`); None stays None."""
+    return datetime.fromisoformat(text) if isinstance(text, str) else text
 
 
 def _written_calls(messages) -> dict:
-    """call id -> ToolCall of the assistant messages' tool calls, in conversation order."""
-    written: dict[str, Any] = {}  # inspect_ai's ToolCall, imported only where the importer runs
-    for message in messages or ():
-        if message.role == "assistant":
-            for tool_call in message.tool_calls or ():
-                written.setdefault(tool_call.id, tool_call)
+    """call id -> ToolCall dict of the assistant messages' tool calls, in conversation order."""
+    written: dict[str, dict] = {}
+    for message in messages:
+        if message.get("role") == "assistant":
+            for tool_call in message.get("tool_calls") or ():
+                written.setdefault(tool_call["id"], tool_call)
     return written
 
 
 def map_calls(events, messages, principal: str, where: str, trajectory_id: str) -> tuple:
-    """([call], [Unmapped]) of one sample, from its events and its messages.
+    """([call], [Unmapped]) of one sample, from its events and its messages
+    (the log's JSON dicts, or Inspect's objects).
 
     A call takes its place at its first event: the model output that
     proposed it, else the approval or execution of a call a solver wrote
@@ -174,6 +203,7 @@ def map_calls(events, messages, principal: str, where: str, trajectory_id: str) 
     reached the runtime follow, in conversation order. Events inside the
     `scorers` span are not the agent's.
     """
+    events, messages = [_as_json(e) for e in events or ()], [_as_json(m) for m in messages or ()]
     unmapped = []
 
     def lose(index, reason: str, detail: str) -> None:
@@ -182,75 +212,76 @@ def map_calls(events, messages, principal: str, where: str, trajectory_id: str) 
 
     written = _written_calls(messages)
     spans = _Spans()
-    proposals = {}  # call id -> (ToolCall, at), in the order the calls appear
+    proposals = {}  # call id -> (ToolCall dict, at), in the order the calls appear
     approvals = defaultdict(list)
-    tool_events = {}  # call id -> (ToolEvent, its tool span id, event index)
-    mutated_spans = set()
+    tool_events = {}  # call id -> (ToolEvent dict, its tool span id, event index)
     first_approval: dict[str, int] = {}  # call id -> index of its first ApprovalEvent
+    changed_spans = []
 
     def runtime_saw(call_id) -> None:
         if call_id not in proposals and call_id in written:
             proposals[call_id] = (written[call_id], None)
 
-    previous: Any = None  # the event before, of inspect_ai's Event union (imported only where the importer runs)
+    previous: dict = {}  # the event before
     for index, event in enumerate(events):
-        kind = event.event
+        kind = event["event"]
         if kind == "span_begin":
             spans.add(event)
-        elif kind in ("model", "approval", "tool") and spans.within_type(event.span_id, "scorers"):
+        elif kind in ("model", "approval", "tool") and spans.scoring(event.get("span_id")):
             pass
         elif kind == "model":
-            choices = event.output.choices if event.output is not None else []
-            for tool_call in (choices[0].message.tool_calls or []) if choices else []:
-                if tool_call.id in proposals:
-                    lose(index, "duplicate_call_id", f"call id {tool_call.id!r} proposed again")
+            choices = (event.get("output") or {}).get("choices") or []
+            for tool_call in (choices[0]["message"].get("tool_calls") or []) if choices else []:
+                if tool_call["id"] in proposals:
+                    lose(index, "duplicate_call_id", f"call id {tool_call['id']!r} proposed again")
                     continue
-                proposals[tool_call.id] = (tool_call, event.completed or event.timestamp)
+                proposals[tool_call["id"]] = (tool_call, _time(event.get("completed") or event.get("timestamp")))
         elif kind == "approval":
-            runtime_saw(event.call.id)
-            approvals[event.call.id].append(event)
-            first_approval.setdefault(event.call.id, index)
+            call_id = event["call"]["id"]
+            runtime_saw(call_id)
+            approvals[call_id].append(event)
+            first_approval.setdefault(call_id, index)
         elif kind == "tool":
-            runtime_saw(event.id)
+            runtime_saw(event["id"])
             # call_tool records the ToolEvent first thing inside the tool's span.
-            opened = previous is not None and previous.event == "span_begin" and previous.type == "tool"
-            tool_events[event.id] = (event, previous.id if opened else None, index)
-        elif kind == "store" and event.changes:
-            mutated_spans.add(event.span_id)
+            opened = previous.get("event") == "span_begin" and previous.get("type") == "tool"
+            tool_events[event["id"]] = (event, previous.get("id") if opened else None, index)
+        elif kind == "store" and event.get("changes"):
+            changed_spans.append(event.get("span_id"))
         previous = event
     for call_id, tool_call in written.items():
         proposals.setdefault(call_id, (tool_call, None))
-
-    def state_changed(tool_span) -> bool:
-        return any(spans.within(span, tool_span) for span in mutated_spans)
+    for span_id in changed_spans:
+        spans.mark_change(span_id)
 
     calls = []
     for step, (call_id, (tool_call, proposed_at)) in enumerate(proposals.items()):
-        arguments = None if tool_call.parse_error else r.arguments_json(tool_call.arguments)
-        decisions = [a for a in approvals.get(call_id, []) if a.decision != "escalate"]
+        arguments = None if tool_call.get("parse_error") else r.arguments_json(tool_call.get("arguments"))
+        decisions = [a for a in approvals.get(call_id, []) if a.get("decision") != "escalate"]
         final = decisions[-1] if decisions else None
         executed = tool_events.pop(call_id, None)
         commit = None
-        if final is not None and final.decision in _GATING_DECISIONS:
-            commit = r.commit(r.arguments_json(final.call.arguments), principal, r.GATED, False,
-                              final.timestamp)
+        if final is not None and final.get("decision") in _GATING_DECISIONS:
+            commit = r.commit(r.arguments_json(final["call"].get("arguments")), principal, r.GATED, False,
+                              _time(final.get("timestamp")))
         elif executed is not None:
             event, tool_span, index = executed
-            if event.pending:
+            if event.get("pending"):
                 unmapped.append(r.Unmapped(f"{where} event {index}", "tool_result_not_recorded",
                                            f"call {call_id!r} started but the log has no result",
                                            trajectory_id=trajectory_id))
             else:
-                outcome, mutated = (r.COMMITTED, None) if event.error is None else _outcome_of_error(event.error.type)
-                if mutated is None and state_changed(tool_span):
+                error = event.get("error")
+                outcome, mutated = (r.COMMITTED, None) if error is None else _outcome_of_error(error.get("type"))
+                if mutated is None and spans.holds_change(tool_span):
                     mutated = True
-                commit = r.commit(r.arguments_json(event.arguments), principal, outcome, mutated,
-                                  event.completed or event.timestamp)
+                commit = r.commit(r.arguments_json(event.get("arguments")), principal, outcome, mutated,
+                                  _time(event.get("completed") or event.get("timestamp")))
         proposal = r.context(arguments, principal, proposed_at)
-        calls.append(r.call(call_id, step, tool_call.function, arguments, proposal, commit))
+        calls.append(r.call(call_id, step, tool_call.get("function"), arguments, proposal, commit))
     for call_id, (event, _, index) in tool_events.items():
         lose(index, "tool_event_without_proposal",
-             f"tool {event.function!r} ran as call {call_id!r}, which no model output or message proposed")
+             f"tool {event.get('function')!r} ran as call {call_id!r}, which no model output or message proposed")
     for call_id, index in first_approval.items():
         if call_id not in proposals and call_id not in tool_events:
             lose(index, "approval_without_proposal",
@@ -268,7 +299,7 @@ def episode_outcome(error, limit: str | None) -> str:
 def sample_trajectory(*, run_id, trajectory_id, agent, task, sample_id, events, messages, limit, error,
                       principal: str, source, where: str, **columns) -> tuple:
     """(Trajectory, [Unmapped]) of one sample's record, however it was obtained (a log, a live transcript);
-    `columns` are more of the row's own."""
+    `error` is the sample's error as the log's JSON holds it; `columns` are more of the row's own."""
     calls, unmapped = map_calls(events, messages, principal, where, trajectory_id)
     row = r.trajectory(
         run_id=run_id,
@@ -282,42 +313,109 @@ def sample_trajectory(*, run_id, trajectory_id, agent, task, sample_id, events, 
         source_position=where,
         lost=r.lost_calls(unmapped),
         inspect_limit=limit,
-        inspect_error=r.bounded(error.message) if error is not None else None,
+        inspect_error=r.bounded(error.get("message")) if error is not None else None,
         **columns,
     )
     return r.Trajectory(row), unmapped
 
 
-def map_sample(spec, sample, source: str, principal: str, harness: HarnessVerdict | None = None) -> tuple:
-    """(Trajectory or None, [Unmapped]) for one EvalSample of the eval `spec`; `harness`
-    names the sample score kept as the harness's verdict."""
-    where = f"sample {sample.id!r} epoch {sample.epoch}"
-    if not sample.events:
+def map_sample(spec, sample: dict, source: str, principal: str, harness: HarnessVerdict | None = None) -> tuple:
+    """(Trajectory or None, [Unmapped]) for one sample record (the log's JSON, its
+    attachments resolved) of the eval `spec`; `harness` names the sample score
+    kept as the harness's verdict."""
+    where = _where(sample["id"], sample["epoch"])
+    if not sample.get("events"):
         return None, [r.Unmapped(where, "sample_without_events",
                                  "the log holds no events for this sample (written with events excluded?)",
                                  unit=True)]
+    limit = sample.get("limit")
     return sample_trajectory(
-        run_id=spec.run_id, trajectory_id=f"{spec.eval_id}/{sample.id}/{sample.epoch}", agent=spec.model,
-        task=spec.task, sample_id=sample.id, events=sample.events, messages=sample.messages,
-        limit=sample.limit.type if sample.limit is not None else None, error=sample.error, principal=principal,
+        run_id=spec.run_id, trajectory_id=f"{spec.eval_id}/{sample['id']}/{sample['epoch']}", agent=spec.model,
+        task=spec.task, sample_id=sample["id"], events=sample["events"], messages=sample.get("messages"),
+        limit=limit.get("type") if limit is not None else None, error=sample.get("error"), principal=principal,
         source=source, where=where, harness_verdict=harness.name if harness is not None else None,
-        harness_misuse=harness.misuse(sample.scores) if harness is not None else None)
+        harness_misuse=harness.misuse(sample.get("scores")) if harness is not None else None)
 
 
-def read_log(local_path: str, source: str, principal: str, harness_verdict: str | None = None) -> Iterator:
+def _where(sample_id, epoch) -> str:
+    return f"sample {sample_id!r} epoch {epoch}"
+
+
+# Inspect's marker for JSON nested deeper than it walks (inspect_ai.log._condense).
+_MAX_DEPTH, _TOO_DEEP = 240, "<max nesting depth exceeded>"
+
+
+def _resolve(value, attachments: dict, depth: int = 0):
+    """`value` with its `attachment://HASH` strings replaced by the sample's
+    attachments, as Inspect's reader resolves them (a missing one stays a reference)."""
+    if isinstance(value, str):
+        if value.startswith("tc://"):  # Inspect's older spelling
+            value = "attachment://" + value[len("tc://"):]
+        return attachments.get(value[len("attachment://"):], value) if value.startswith("attachment://") else value
+    if isinstance(value, (dict, list)) and depth >= _MAX_DEPTH:
+        return _TOO_DEEP
+    if isinstance(value, dict):
+        return {key: _resolve(item, attachments, depth + 1) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_resolve(item, attachments, depth + 1) for item in value]
+    return value
+
+
+def _resolve_tool_call(tool_call: dict, attachments: dict) -> None:
+    if isinstance(tool_call.get("arguments"), dict):
+        tool_call["arguments"] = _resolve(tool_call["arguments"], attachments)
+
+
+def resolve_attachments(sample: dict) -> dict:
+    """The fields the mapping reads, resolved in place as Inspect's
+    `resolve_attachments="core"` does: the tool calls' arguments in model
+    outputs and messages, and ToolEvents' arguments. An ApprovalEvent's call
+    is left as written (Inspect leaves it too)."""
+    attachments = sample.get("attachments") or {}
+    if not attachments:
+        return sample
+    for event in sample.get("events") or ():
+        kind = event.get("event") if isinstance(event, dict) else None
+        if kind == "tool" and isinstance(event.get("arguments"), dict):
+            event["arguments"] = _resolve(event["arguments"], attachments)
+        elif kind == "model":
+            for choice in (event.get("output") or {}).get("choices") or ():
+                for tool_call in choice.get("message", {}).get("tool_calls") or ():
+                    _resolve_tool_call(tool_call, attachments)
+    for message in sample.get("messages") or ():
+        for tool_call in (message.get("tool_calls") or ()) if isinstance(message, dict) else ():
+            _resolve_tool_call(tool_call, attachments)
+    return sample
+
+
+# The default bound on one sample's decompressed record (--max_sample_mib).
+DEFAULT_MAX_SAMPLE_MIB = 256
+
+
+class SampleTooLarge(Exception):
+    """A sample record beyond the bound on one sample's size."""
+
+
+def read_log(local_path: str, source: str, principal: str, harness_verdict: str | None = None,
+             max_sample_mib: float = DEFAULT_MAX_SAMPLE_MIB) -> Iterator:
     """FileSummary, then Trajectory and Unmapped items of one log, one sample in memory at a time.
 
-    Every sample and epoch the header lists is read on its own, so a sample
-    Inspect cannot read (or this importer cannot map) fails alone and the
-    file's units are the header's. A .json log is one document, which Inspect
-    validates whole: its samples are parsed once here and validated one by
-    one, so there too a bad sample fails alone. Inspect logs name no
-    acting identity: every principal is the default. `harness_verdict`
+    The log is opened once. An .eval log's sample members are read one at a
+    time, each parsed as JSON and mapped from the parsed record (Inspect's
+    pydantic models are only asked, for a record that cannot be mapped,
+    what is wrong with it); a .json log is one document, parsed once. Either
+    way a sample that cannot be read or mapped fails alone, and a record
+    larger than `max_sample_mib` decompressed is not read at all. The file's
+    units are the samples and epochs its header lists, plus the samples it
+    holds beyond them (Inspect's own reader returns those too), which are
+    imported and named in a second FileSummary. Inspect logs name no acting
+    identity: every principal is the default. `harness_verdict`
     (HarnessVerdict.parse) names the sample score kept as the harness's verdict.
     """
-    from inspect_ai.log import read_eval_log, read_eval_log_sample
+    from inspect_ai.log import read_eval_log
 
     harness = HarnessVerdict.parse(harness_verdict) if harness_verdict is not None else None
+    limit = int(max_sample_mib * 2**20)
     header = read_eval_log(local_path, header_only=True)
     spec = header.eval
     if spec.dataset.sample_ids is None:
@@ -326,52 +424,141 @@ def read_log(local_path: str, source: str, principal: str, harness_verdict: str 
                 for epoch in range(1, (spec.config.epochs or 1) + 1)]
     yield r.FileSummary({"status": header.status, "eval_id": spec.eval_id, "task": spec.task},
                         units_declared=len(expected))
-    if local_path.endswith(".eval"):
-        def read(sample_id, epoch):
-            # Attachments resolved in the core fields: long tool arguments are kept
-            # as attachment references otherwise.
-            return read_eval_log_sample(local_path, sample_id, epoch, resolve_attachments="core",
-                                        exclude_fields={"store"})
-    else:
-        read = _json_samples(local_path)
-    for sample_id, epoch in expected:
-        where = f"sample {sample_id!r} epoch {epoch}"
-        try:
-            sample = read(sample_id, epoch)
-        except IndexError:
-            yield r.Unmapped(where, "sample_not_in_log",
-                             f"the header lists it; the log (status {header.status}) holds no record of it", unit=True)
-            continue
-        except Exception as error:
-            yield r.Unmapped(where, "sample_unreadable", r.bounded(f"{type(error).__name__}: {error}"), unit=True)
-            continue
-        try:
-            mapped, unmapped = map_sample(spec, sample, source, principal, harness)
-        except Exception as error:
-            yield r.Unmapped(where, "sample_not_mapped", r.bounded(f"{type(error).__name__}: {error}"), unit=True)
-            continue
-        yield from unmapped
-        if mapped is not None:
-            yield mapped
+    records = _EvalRecords(local_path, limit) if local_path.endswith(".eval") else _JsonRecords(local_path)
+    with records:
+        for sample_id, epoch in expected:
+            yield from _import_sample(records.read(sample_id, epoch), _where(sample_id, epoch), header.status,
+                                      spec, source, principal, harness)
+        beyond = []
+        for (sample_id, epoch), read in records.beyond(expected):
+            beyond.append(_where(sample_id, epoch))
+            yield from _import_sample(read, beyond[-1], header.status, spec, source, principal, harness)
+    if beyond:
+        yield r.FileSummary({"samples_beyond_header": len(beyond),
+                             "samples_beyond_header_first": beyond[:_NAMED_BEYOND]},
+                            units_declared=len(expected) + len(beyond))
 
 
-def _json_samples(local_path: str):
-    """read(sample_id, epoch) -> EvalSample of a .json log: the document parsed
-    once, each sample validated (and its attachments resolved) on its own;
-    IndexError for one the log does not hold."""
+# How many of the samples beyond a header the file's report names.
+_NAMED_BEYOND = 20
+
+
+def _import_sample(read, where: str, status: str, spec, source: str, principal: str, harness) -> Iterator:
+    """The Trajectory and Unmapped items of one sample; `read()` returns its record."""
+    try:
+        record = read()
+    except KeyError:
+        yield r.Unmapped(where, "sample_not_in_log",
+                         f"the header lists it; the log (status {status}) holds no record of it", unit=True)
+        return
+    except SampleTooLarge as error:
+        yield r.Unmapped(where, "sample_too_large", str(error), unit=True)
+        return
+    except Exception as error:  # a corrupt member: bad zstd data, a CRC mismatch, not JSON
+        yield r.Unmapped(where, "sample_unreadable", r.bounded(f"{type(error).__name__}: {error}"), unit=True)
+        return
+    try:
+        mapped, unmapped = map_sample(spec, resolve_attachments(record), source, principal, harness)
+    except Exception as error:
+        yield _why_not_mapped(record, where, error)
+        return
+    yield from unmapped
+    if mapped is not None:
+        yield mapped
+
+
+def _why_not_mapped(record, where: str, error: Exception) -> r.Unmapped:
+    """A record the mapping failed on: unreadable where Inspect's own model
+    rejects it too (its message says why), else not mapped."""
+    from inspect_ai.log import EvalSample
+
+    try:
+        EvalSample.model_validate(record)
+    except Exception as invalid:
+        return r.Unmapped(where, "sample_unreadable", r.bounded(f"{type(invalid).__name__}: {invalid}"), unit=True)
+    return r.Unmapped(where, "sample_not_mapped", r.bounded(f"{type(error).__name__}: {error}"), unit=True)
+
+
+def _parse_json(data: bytes):
+    """JSON as Inspect writes it: orjson, and the standard parser for the
+    NaN and Infinity Inspect writes (an unscored sample's value) that orjson refuses."""
     import orjson
-    from inspect_ai.log import EvalSample, resolve_sample_attachments
 
-    with open(local_path, "rb") as handle:
-        document = orjson.loads(handle.read())
-    records = document.get("samples") if isinstance(document, dict) else None
-    by_key = {(record.get("id"), record.get("epoch")): record
-              for record in records or () if isinstance(record, dict)}
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
 
-    def read(sample_id, epoch):
-        if (sample_id, epoch) not in by_key:
-            raise IndexError(sample_id)
-        record = {key: value for key, value in by_key[(sample_id, epoch)].items() if key != "store"}
-        return resolve_sample_attachments(EvalSample.model_validate(record), "core")
 
-    return read
+class _EvalRecords:
+    """An .eval log's sample records, its zip opened once; each member is
+    decompressed on its own, and no more than `limit` bytes of it."""
+
+    def __init__(self, local_path: str, limit: int):
+        import zipfile
+
+        import inspect_ai.log  # noqa: F401  (registers the zstd codec Inspect writes members with)
+
+        self._zip = zipfile.ZipFile(local_path)
+        self._limit = limit
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._zip.close()
+
+    def read(self, sample_id, epoch):
+        name = f"samples/{sample_id}_epoch_{epoch}.json"
+        return lambda: self._record(self._zip.getinfo(name))
+
+    def _record(self, info) -> dict:
+        too_large = f"{info.filename}: more than the bound of {self._limit} bytes decompressed (--max_sample_mib)"
+        if info.file_size > self._limit:  # the member's own header says so: nothing decompressed
+            raise SampleTooLarge(too_large)
+        with self._zip.open(info) as member:
+            data = member.read(self._limit + 1)  # a zip can understate a member's size
+        if len(data) > self._limit:
+            raise SampleTooLarge(too_large)
+        record = _parse_json(data)
+        if not isinstance(record, dict):
+            raise ValueError(f"{info.filename} holds no sample record")
+        return record
+
+    def beyond(self, expected) -> Iterator:
+        """((id, epoch), read) of the sample members the header does not list, in the zip's order."""
+        listed = {f"samples/{sample_id}_epoch_{epoch}.json" for sample_id, epoch in expected}
+        for info in self._zip.infolist():
+            if info.filename.startswith("samples/") and info.filename.endswith(".json") \
+                    and info.filename not in listed:
+                stem = info.filename[len("samples/"):-len(".json")]
+                sample_id, _, epoch = stem.rpartition("_epoch_")
+                yield (sample_id, epoch), (lambda info=info: self._record(info))
+
+
+class _JsonRecords:
+    """A .json log's sample records: the document parsed once (it holds
+    every sample), each record mapped on its own."""
+
+    def __init__(self, local_path: str):
+        with open(local_path, "rb") as handle:
+            document = _parse_json(handle.read())
+        records = document.get("samples") if isinstance(document, dict) else None
+        self._by_key = {(record.get("id"), record.get("epoch")): record
+                        for record in records or () if isinstance(record, dict)}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._by_key.clear()
+
+    def read(self, sample_id, epoch):
+        def record():
+            return self._by_key.pop((sample_id, epoch))  # KeyError: not in the log
+        return record
+
+    def beyond(self, expected) -> Iterator:
+        """((id, epoch), read) of the records left once the header's are read."""
+        for key in list(self._by_key):
+            yield key, (lambda key=key: self._by_key.pop(key))

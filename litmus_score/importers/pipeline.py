@@ -191,15 +191,26 @@ class ImportLogs(beam.PTransform):
     Globs are matched when the transform is built, so a pattern that matches
     nothing fails before any work is launched. `principal` is the acting
     identity where the log names none; `harness_verdict` (Inspect logs) names
-    the sample score kept as the harness's own verdict.
+    the sample score kept as the harness's own verdict, and `max_sample_mib`
+    (Inspect logs) bounds one sample's decompressed record.
     """
 
-    def __init__(self, log_format: str, patterns, principal: str, harness_verdict: str | None = None):
+    def __init__(self, log_format: str, patterns, principal: str, harness_verdict: str | None = None,
+                 max_sample_mib: float | None = None):
         super().__init__()
         module = importer(log_format)
         if not principal:
             raise ValueError("the default principal must be a non-empty string")
         self._options = {}
+        # The bound on one sample's decompressed record (Inspect logs); None where the format has none.
+        self.max_sample_mib = None
+        if "max_sample_mib" in getattr(module, "OPTIONS", ()):
+            self.max_sample_mib = module.DEFAULT_MAX_SAMPLE_MIB if max_sample_mib is None else max_sample_mib
+            if not self.max_sample_mib > 0:
+                raise ValueError(f"--max_sample_mib {max_sample_mib}: expected a positive number of MiB")
+            self._options["max_sample_mib"] = self.max_sample_mib
+        elif max_sample_mib is not None:
+            raise ValueError(f"--max_sample_mib bounds a sample of Inspect logs; {log_format} logs have none")
         if harness_verdict is not None:
             if "harness_verdict" not in getattr(module, "OPTIONS", ()):
                 raise ValueError(f"--harness_verdict names a score of Inspect logs; {log_format} logs have none "
