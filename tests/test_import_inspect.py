@@ -389,3 +389,74 @@ def test_mapping_a_sample_is_linear_in_its_calls():
     assert 9 * small <= large <= 12 * small
     calls, unmapped = map_calls(_calls_sample(3), [], "agent", "sample", "t")
     assert unmapped == [] and [call["commit"]["state_mutated"] for call in calls] == [True] * 3
+
+
+def test_samples_beyond_the_header_are_imported_and_named(tmp_path):
+    """Inspect's own reader returns a sample its header does not list: so does the import,
+    counting it among the file's declared units and naming it in the file's facts."""
+    from inspect_ai.log import read_eval_log, write_eval_log
+
+    log = read_eval_log(str(inspect_logs.many_samples_log(tmp_path / "logs", 3)))
+    log.eval.dataset.sample_ids = ["s0", "s1"]
+    write_eval_log(log, str(tmp_path / "beyond.eval"))
+    assert run_import("inspect", [tmp_path / "beyond.eval"], tmp_path / "shards") == 0
+    assert sorted(row["task_id"] for row in read_rows(tmp_path / "shards" / "trajectories")) == ["s0", "s1", "s2"]
+    [report] = check_accounting(tmp_path / "shards")["files"]
+    assert (report["units_declared"], report["units"]) == (3, 3)
+    assert report["facts"]["samples_beyond_header"] == 1
+    assert report["facts"]["samples_beyond_header_first"] == ["sample 's2' epoch 1"]
+
+
+def test_a_sample_larger_than_the_bound_is_not_read(replayed, tmp_path):
+    """--max_sample_mib: the largest sample member's size, from the zip's directory, is over
+    the bound; it costs its own unit, and every other sample is imported."""
+    import zipfile
+
+    with zipfile.ZipFile(replayed["log"]) as log:
+        sizes = {i.filename: i.file_size for i in log.infolist() if i.filename.startswith("samples/")}
+    bound = max(sizes.values()) - 1
+    too_large = {name for name, size in sizes.items() if size > bound}
+    code = run_import("inspect", [replayed["log"]], tmp_path / "shards", "--max_sample_mib", str(bound / 2**20))
+    assert code == 4
+    manifest = check_accounting(tmp_path / "shards")
+    assert manifest["max_sample_mib"] == bound / 2**20
+    entries = [e for e in read_rows(tmp_path / "shards" / "unmapped") if e["reason"] == "sample_too_large"]
+    assert sorted(e["detail"].split(":")[0] for e in entries) == sorted(too_large)
+    assert all(e["unit"] for e in entries)
+    assert manifest["totals"]["trajectories"] == len(sizes) - len(too_large)
+
+
+def _central_entry(data: bytes, name: str) -> int:
+    """The offset of `name`'s entry in a zip's central directory."""
+    offset = data.find(b"PK\x01\x02")
+    while offset >= 0:
+        length = int.from_bytes(data[offset + 28:offset + 30], "little")
+        if data[offset + 46:offset + 46 + length] == name.encode():
+            return offset
+        offset = data.find(b"PK\x01\x02", offset + 46)
+    raise KeyError(name)
+
+
+def test_corrupt_sample_members_fail_alone(tmp_path):
+    """One member's compressed bytes damaged, another's directory entry understating its
+    size (a zip that lies is read no further than it says, then fails its CRC): each costs
+    its own unit, and the other samples of the log are imported."""
+    import zipfile
+
+    log = inspect_logs.many_samples_log(tmp_path / "logs", 5)
+    data = bytearray(log.read_bytes())
+    with zipfile.ZipFile(log) as archive:
+        damaged = archive.getinfo("samples/s1_epoch_1.json")
+    start = damaged.header_offset + 30 + len(damaged.filename) + len(damaged.extra)
+    middle = start + damaged.compress_size // 2
+    data[middle:middle + 8] = bytes(255 - b for b in data[middle:middle + 8])
+    lying = _central_entry(bytes(data), "samples/s3_epoch_1.json")
+    data[lying + 24:lying + 28] = (10).to_bytes(4, "little")
+    (tmp_path / "corrupt.eval").write_bytes(bytes(data))
+    assert run_import("inspect", [tmp_path / "corrupt.eval"], tmp_path / "shards") == 4
+    assert sorted(row["task_id"] for row in read_rows(tmp_path / "shards" / "trajectories")) == ["s0", "s2", "s4"]
+    entries = read_rows(tmp_path / "shards" / "unmapped")
+    assert sorted((e["position"], e["reason"], e["unit"]) for e in entries) == [
+        ("sample 's1' epoch 1", "sample_unreadable", True), ("sample 's3' epoch 1", "sample_unreadable", True)]
+    [report] = check_accounting(tmp_path / "shards")["files"]
+    assert (report["error"], report["units_declared"], report["units"]) == (None, 5, 5)
