@@ -1,13 +1,21 @@
-"""Memory and accounting of `litmus-score import inspect` as a log grows.
+"""Rate, memory and outputs of `litmus-score import inspect` as a log grows.
 
-Inspect writes a log of one sample with tool calls (mockllm, scripted,
-offline); Inspect's own log API then copies that sample into logs of each
---samples size. Each log is imported by a separate `litmus-score import`
-process; the benchmark prints its wall time and peak resident memory, and
-checks that the manifest, the shards and the unmapped rows reconcile.
-Memory should stay flat: the importer streams one sample at a time.
+Inspect writes a small genuine log (mockllm, scripted, offline: --base
+samples, each of five tool calls with arguments long enough to be kept as
+attachments). Logs of each --scales multiple of it are then built by copying
+its sample members under new ids into a new zip, as Inspect names and
+compresses them, with the header's sample ids to match (Inspect's own
+write_eval_log would hold every sample in memory). For each log the
+benchmark prints:
 
-    python benchmarks/import_inspect.py [--samples 100,1000,3000]
+- the reader's rate on one core: `read_log` consumed in-process, samples/s;
+- the whole `litmus-score import` process (FnApiRunner): wall time,
+  samples/s and peak resident memory;
+- that the import's manifest, shards and unmapped rows reconcile, and that
+  every imported sample's row equals the small log's row of the sample it
+  was copied from (all but its ids and position).
+
+    python benchmarks/import_inspect.py [--base 1000] [--scales 1,10,100]
 """
 
 from __future__ import annotations
@@ -18,8 +26,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
+import orjson
 import pyarrow.parquet as pq
 from inspect_ai import Task, eval
 from inspect_ai.dataset import Sample
@@ -29,6 +39,8 @@ from inspect_ai.model._model_output import ChatCompletionChoice
 from inspect_ai.solver import generate, use_tools
 from inspect_ai.tool import ToolCall, tool
 from inspect_ai.util import store
+
+from litmus_score.importers.inspect import read_log
 
 CALLS_PER_SAMPLE = 5
 USAGE = ModelUsage(input_tokens=10, output_tokens=5, total_tokens=15)
@@ -68,7 +80,8 @@ def seed_log(folder: Path) -> Path:
     return Path(log.location)
 
 
-def grown_log(seed: Path, samples: int, path: Path) -> Path:
+def small_log(seed: Path, samples: int, path: Path) -> Path:
+    """The seed's one sample copied `samples` times by Inspect's own log API."""
     log = read_eval_log(str(seed))
     [sample] = log.samples
     log.samples = [sample.model_copy(update={"id": f"s{i}"}) for i in range(samples)]
@@ -76,6 +89,40 @@ def grown_log(seed: Path, samples: int, path: Path) -> Path:
     log.eval.dataset.samples = samples
     write_eval_log(log, str(path))
     return path
+
+
+def _copy_id(sample_id: str, copy: int) -> str:
+    return sample_id if copy == 0 else f"{sample_id}-copy{copy}"
+
+
+def scaled_log(small: Path, scale: int, path: Path) -> Path:
+    """`small`'s samples `scale` times over, copy k of sample S named S-copyk
+    (copy 0 keeps its id), one member at a time."""
+    with zipfile.ZipFile(small) as source, zipfile.ZipFile(path, "w") as target:
+        header = orjson.loads(source.read("header.json"))
+        ids = header["eval"]["dataset"]["sample_ids"]
+        members = [info for info in source.infolist() if info.filename.startswith("samples/")]
+        for copy in range(scale):
+            for info in members:
+                record = orjson.loads(source.read(info))
+                record["id"] = _copy_id(record["id"], copy)
+                name = f"samples/{record['id']}_epoch_{record['epoch']}.json"
+                target.writestr(zipfile.ZipInfo(name, info.date_time), orjson.dumps(record),
+                                compress_type=info.compress_type)
+        header["eval"]["dataset"]["sample_ids"] = [_copy_id(i, copy) for copy in range(scale) for i in ids]
+        header["eval"]["dataset"]["samples"] = len(ids) * scale
+        header.pop("results", None)  # the small log's scores summarize its own samples
+        for info in source.infolist():
+            if info.filename == "header.json":
+                target.writestr(info, orjson.dumps(header), compress_type=info.compress_type)
+    return path
+
+
+def reader_rate(log: Path) -> float:
+    """Samples per second of the importer's reader alone, consumed in this process (one core)."""
+    start = time.process_time()
+    samples = sum(1 for item in read_log(str(log), str(log), "agent") if hasattr(item, "row"))
+    return samples / (time.process_time() - start)
 
 
 def _high_water_mib(pid: int) -> float:
@@ -120,19 +167,48 @@ def check_accounting(output: Path, samples: int) -> None:
     assert totals["unmapped"] == unmapped == 0, (totals, unmapped)
 
 
+def _rows_by_origin(output: Path) -> dict:
+    """sample id -> its trajectory row, ids and position left out; the id a copy came from."""
+    rows = {}
+    for path in (output / "trajectories").glob("*.parquet"):
+        for row in pq.read_table(path).to_pylist():
+            sample_id = row.pop("task_id")
+            for key in ("trajectory_id", "source_log", "source_position"):
+                row.pop(key)
+            rows[sample_id] = row
+    return rows
+
+
+def check_outputs(small_rows: dict, output: Path, scale: int) -> None:
+    """Every copy's row equals its original's in the small log."""
+    rows = _rows_by_origin(output)
+    assert len(rows) == len(small_rows) * scale, (len(rows), len(small_rows), scale)
+    for sample_id, row in rows.items():
+        assert row == small_rows[sample_id.split("-copy")[0]], sample_id
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--samples", default="100,1000,3000", help="comma-separated log sizes")
+    parser.add_argument("--base", type=int, default=1000, help="samples of the small log")
+    parser.add_argument("--scales", default="1,10,100", help="comma-separated multiples of the small log")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="litmus-import-bench-") as work:
         work = Path(work)
-        seed = seed_log(work / "seed")
-        print(f"{'samples':>8} {'log MiB':>8} {'wall s':>7} {'peak RSS MiB':>13}  accounting")
-        for samples in (int(n) for n in args.samples.split(",")):
-            log = grown_log(seed, samples, work / f"log-{samples}.eval")
+        small = small_log(seed_log(work / "seed"), args.base, work / "small.eval")
+        import_once(small, work / "out-small")
+        small_rows = _rows_by_origin(work / "out-small")
+        print(f"{'samples':>8} {'log MiB':>8} {'reader/s':>9} {'import s':>9} {'import/s':>9} "
+              f"{'peak RSS MiB':>13}  outputs")
+        for scale in (int(n) for n in args.scales.split(",")):
+            samples = args.base * scale
+            log = scaled_log(small, scale, work / f"log-{samples}.eval")
+            rate = reader_rate(log)
             elapsed, peak = import_once(log, work / f"out-{samples}")
             check_accounting(work / f"out-{samples}", samples)
-            print(f"{samples:>8} {log.stat().st_size / 2**20:>8.1f} {elapsed:>7.1f} {peak:>13.0f}  reconciles")
+            check_outputs(small_rows, work / f"out-{samples}", scale)
+            print(f"{samples:>8} {log.stat().st_size / 2**20:>8.1f} {rate:>9.0f} {elapsed:>9.1f} "
+                  f"{samples / elapsed:>9.0f} {peak:>13.0f}  reconcile, equal the small log's")
+            log.unlink()
 
 
 if __name__ == "__main__":
