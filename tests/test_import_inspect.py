@@ -460,3 +460,15 @@ def test_corrupt_sample_members_fail_alone(tmp_path):
         ("sample 's1' epoch 1", "sample_unreadable", True), ("sample 's3' epoch 1", "sample_unreadable", True)]
     [report] = check_accounting(tmp_path / "shards")["files"]
     assert (report["error"], report["units_declared"], report["units"]) == (None, 5, 5)
+
+
+def test_a_utc_time_written_with_z_reads_as_with_an_offset():
+    from litmus_score.importers.inspect import map_calls
+
+    def commit_at(stamp):
+        events = _calls_sample(1)
+        events[3]["completed"] = stamp
+        [call], _ = map_calls(events, [], "agent", "sample", "t")
+        return call["commit"]["at"]
+
+    assert commit_at("2026-12-04T17:47:50.933333Z") == commit_at("2026-12-04T17:47:50.933333+00:00") is not None

@@ -179,8 +179,11 @@ def _as_json(item) -> dict:
 
 
 def _time(text):
-    """A log's ISO timestamp as a datetime (the contract's `at`); None stays None."""
-    return datetime.fromisoformat(text) if isinstance(text, str) else text
+    """A log's ISO timestamp as a datetime (the contract's `at`); None stays None.
+    Python 3.10's parser takes no `Z` for UTC."""
+    if not isinstance(text, str):
+        return text
+    return datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
 
 
 def _written_calls(messages) -> dict:
