@@ -18,6 +18,7 @@ eval's id).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -72,21 +73,28 @@ def _check_schema(schema: pa.Schema) -> None:
             raise ValueError(f"not a Scout transcript table with content: column {name!r} is missing")
 
 
-def _content(row: dict) -> tuple:
-    """(events, messages) of a row: Inspect Events (the database's pooled
-    model inputs restored) and ChatMessages."""
+@functools.cache
+def _validators() -> tuple:
+    """Validators of Inspect's Event and ChatMessage lists: built once, they cost more than a transcript."""
     from inspect_ai.event import Event
-    from inspect_ai.log import expand_events
     from inspect_ai.model import ChatMessage
     from pydantic import TypeAdapter
 
+    return TypeAdapter(list[Event]), TypeAdapter(list[ChatMessage])
+
+
+def _content(row: dict) -> tuple:
+    """(events, messages) of a row: Inspect Events (the database's pooled
+    model inputs restored) and ChatMessages."""
+    from inspect_ai.log import expand_events
+
+    events_validator, messages_validator = _validators()
     events_json = row["events"] or "[]"
     if row.get("events_data"):
         events = expand_events(events_json, row["events_data"])
     else:
-        events = TypeAdapter(list[Event]).validate_json(events_json)
-    messages = TypeAdapter(list[ChatMessage]).validate_json(row["messages"] or "[]")
-    return events, messages
+        events = events_validator.validate_json(events_json)
+    return events, messages_validator.validate_json(row["messages"] or "[]")
 
 
 def _without_result(event) -> bool:
