@@ -29,7 +29,7 @@ IMPORT = FolderKind("import", frozenset({IMPORT_MANIFEST_FILE, TRAJECTORIES_DIR,
                     IMPORT_MANIFEST_FILE)
 # Exit codes of a scored run that 4 (a log not imported) takes precedence over.
 VERDICTS = (Exit.OK, Exit.REGRESSION, Exit.WITHHELD)
-_EXTRAS = {"inspect": "inspect", "agentdojo": "agentdojo", "otel": "otel"}
+_EXTRAS = {"inspect": "inspect", "agentdojo": "agentdojo", "otel": "otel", "scout": "scout"}
 
 
 @dataclass(frozen=True, eq=False)

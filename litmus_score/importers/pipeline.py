@@ -35,7 +35,7 @@ from transforms import (
 from transforms.files import to_json, write_text
 from transforms.write import FileSet, WriteBundleFn, commit_files
 
-FORMATS = ("inspect", "agentdojo", "otel")
+FORMATS = ("inspect", "agentdojo", "otel", "scout")
 IMPORT_MANIFEST_FILE = "import-manifest.json"
 TRAJECTORIES_DIR = "trajectories"
 UNMAPPED_DIR = "unmapped"
