@@ -77,6 +77,8 @@ def summary(manifest: dict, output: str) -> str:
         source = principal["source"][context]
         lines.append(f"  {context} principal: {source['log']} from the log, {source['default']} "
                      f"the default {text.shown(principal['default'])!r}")
+    if totals["files_skipped"]:
+        lines.append(f"  {totals['files_skipped']} path(s) skipped, never opened: named below")
     for report in manifest["files"]:
         if report["error"]:
             lines.append(f"error: {text.shown(report['file'])} not imported: {text.shown(report['error'])}")
