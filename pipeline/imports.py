@@ -42,6 +42,7 @@ class ImportConfig:
     principal: str
     beam: PipelineOptions
     harness_verdict: str | None = None
+    identity_attributes: str | None = None
 
 
 def _version(distribution: str) -> str | None:
@@ -58,6 +59,10 @@ def _add_import_flags(parser) -> None:
     parser.add_argument("--harness_verdict", "--harness-verdict", default=None, metavar="[not:]SCORER[.KEY]",
                         help="Inspect logs: the sample score that is the harness's own verdict of misuse (true: "
                              "misuse happened; not: true means safe), kept beside ours and compared in the report")
+    parser.add_argument("--identity_attributes", "--identity-attributes", default=None, metavar="NAME[,NAME...]",
+                        help="OTel logs: the span attributes that name the acting identity, tried in order on the "
+                             "span, then on its resource (default enduser.id,user.id,gen_ai.agent.identity.id); "
+                             "list vendors' prefixed copies here")
 
 
 def summary(manifest: dict, output: str) -> str:
@@ -100,8 +105,9 @@ def build_import(config: ImportConfig):
         raise UsageError(f"importing {config.log_format} logs needs {module.LIBRARY}: "
                          f"pip install 'litmus-score[{_EXTRAS[config.log_format]}]'")
     try:
-        logs_transform = p.ImportLogs(config.log_format, config.logs, config.principal, config.harness_verdict)
-    except ValueError as error:  # NoMatchingLogs, an empty principal, a harness verdict it cannot read
+        logs_transform = p.ImportLogs(config.log_format, config.logs, config.principal, config.harness_verdict,
+                                      config.identity_attributes)
+    except ValueError as error:  # NoMatchingLogs, an empty principal, a harness verdict or attributes it cannot read
         raise UsageError(str(error)) from None
     header = {
         "schema": "litmus-import-manifest/1",
@@ -111,7 +117,7 @@ def build_import(config: ImportConfig):
         "library": {"name": module.LIBRARY, "version": library},
         "apache_beam": beam.__version__,
         "logs": list(config.logs),
-        "principal": {"default": config.principal},
+        "principal": {"default": config.principal, **logs_transform.identity_header},
         "harness_verdict": config.harness_verdict,
         # contract field <- log field; null: the source does not record it.
         "observes": module.OBSERVES,
@@ -157,7 +163,7 @@ def import_command(argv) -> Exit:
     args, beam_args = parser.parse_known_args(argv)
     try:
         config = ImportConfig(args.format, tuple(args.logs), folder_name(args.output), args.principal,
-                              beam_options(beam_args), args.harness_verdict)
+                              beam_options(beam_args), args.harness_verdict, args.identity_attributes)
         pipeline = build_import(config)
         lock = publish.claim(config.output, args.replace, kind=IMPORT)
     except (UsageError, publish.PublishError) as error:
@@ -197,7 +203,7 @@ def import_and_score(argv) -> Exit:
         if config.policy is None and not config.accept_no_verdict:  # logs record no verdict: stop before importing
             raise NoVerdictSource(args.inputs)
         import_config = ImportConfig(args.input_format, tuple(args.inputs), imported, args.principal, config.beam,
-                                     args.harness_verdict)
+                                     args.harness_verdict, args.identity_attributes)
         pipeline = build_import(import_config)
         lock = publish.claim(output, config.replace)
     except (UsageError, publish.PublishError, NoVerdictSource) as error:

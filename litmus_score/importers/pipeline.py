@@ -210,6 +210,8 @@ class ImportLogFn(beam.DoFn):
         self._trajectories.inc(report["trajectories"])
         self._unmapped.inc(report["unmapped"])
         report["unmapped_by_reason"] = dict(sorted(report["unmapped_by_reason"].items()))
+        report["principal_attribute"] = {context: dict(sorted(used.items()))
+                                         for context, used in report["principal_attribute"].items()}
         yield beam.pvalue.TaggedOutput(REPORTS_TAG, report)
 
 
@@ -226,6 +228,7 @@ def new_report(path: str) -> dict:
     return {"file": path, "units": 0, "units_declared": None, "trajectories": 0, "calls": 0, "calls_unmapped": 0,
             "unmapped": 0, "unmapped_by_reason": Counter(), "not_imported": {"units": 0, "calls": 0},
             "principal_source": {context: {r.FROM_LOG: 0, r.FROM_DEFAULT: 0} for context in (r.PROPOSAL, r.COMMIT)},
+            "principal_attribute": {context: Counter() for context in (r.PROPOSAL, r.COMMIT)},
             "facts": {}, "error": None, "skipped": False}
 
 
@@ -245,6 +248,8 @@ def count_trajectory(report: dict, item: r.Trajectory) -> None:
     for context, sources in item.principal_sources().items():
         for source, n in sources.items():
             report["principal_source"][context][source] += n
+    for context, used in item.principal_attributes.items():
+        report["principal_attribute"][context].update(used)
 
 
 class ImportLogs(beam.PTransform):
@@ -255,10 +260,12 @@ class ImportLogs(beam.PTransform):
     Globs are matched when the transform is built, so a pattern that matches
     nothing fails before any work is launched. `principal` is the acting
     identity where the log names none; `harness_verdict` (Inspect logs) names
-    the sample score kept as the harness's own verdict.
+    the sample score kept as the harness's own verdict; `identity_attributes`
+    (OTel, comma-separated) the ordered span attributes that name the acting identity.
     """
 
-    def __init__(self, log_format: str, patterns, principal: str, harness_verdict: str | None = None):
+    def __init__(self, log_format: str, patterns, principal: str, harness_verdict: str | None = None,
+                 identity_attributes: str | None = None):
         super().__init__()
         module = importer(log_format)
         if not principal:
@@ -270,6 +277,13 @@ class ImportLogs(beam.PTransform):
                                  "to choose (agentdojo keeps its own `security`)")
             module.HarnessVerdict.parse(harness_verdict)  # a ValueError naming it, before any work
             self._options["harness_verdict"] = harness_verdict
+        if identity_attributes is not None:
+            if "identity_attributes" not in getattr(module, "OPTIONS", ()):
+                raise ValueError(f"--identity_attributes names OTel span attributes; {log_format} logs have none")
+            self._options["identity_attributes"] = module.identity_attributes(identity_attributes)
+        # The manifest says which attributes were tried, in order, where the format reads several.
+        tried = self._options.get("identity_attributes", getattr(module, "IDENTITY_ATTRIBUTES", None))
+        self.identity_header = {} if tried is None else {"identity_attributes": list(tried)}
         self._format, self._principal = log_format, principal
         self.files = match_logs(list(patterns), module.SUFFIXES)
         self.schema = r.shard_schema(module.EXTRA_FIELDS)
@@ -302,9 +316,12 @@ def manifest_document(reports, header: dict, outputs=()) -> dict:
     # Which calls took their principal from the log, which the default: proposals and commits apart.
     sources = {context: {source: sum(report["principal_source"][context][source] for report in files)
                          for source in (r.FROM_LOG, r.FROM_DEFAULT)} for context in (r.PROPOSAL, r.COMMIT)}
+    # Which log attribute named them, where the format reads several (OTel).
+    attributes = {context: dict(sorted(sum((Counter(report["principal_attribute"][context]) for report in files),
+                                           Counter()).items())) for context in (r.PROPOSAL, r.COMMIT)}
     return {
         **header,
-        "principal": {**header.get("principal", {}), "source": sources},
+        "principal": {**header.get("principal", {}), "source": sources, "attribute": attributes},
         "files": files,
         "failed_files": [report["file"] for report in files if report["error"]],
         "totals": {"files": len(files), "files_skipped": sum(report["skipped"] for report in files), **totals,
