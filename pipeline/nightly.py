@@ -8,7 +8,8 @@ scored under other rules, it gets a withheld verdict, not a skipped one).
 Re-running a night replaces that night's own earlier attempt, complete or
 not (the manifest records the night and its inputs); the folder of another
 night is never written over, and one scored from other inputs only with
---replace.
+--replace. With --input_format the inputs are logs, imported into the
+night's imported/ and then scored (pipeline.imports.import_then_score).
 """
 
 from __future__ import annotations

@@ -316,12 +316,15 @@ def manifest_document(reports, header: dict, outputs=()) -> dict:
     # Which calls took their principal from the log, which the default: proposals and commits apart.
     sources = {context: {source: sum(report["principal_source"][context][source] for report in files)
                          for source in (r.FROM_LOG, r.FROM_DEFAULT)} for context in (r.PROPOSAL, r.COMMIT)}
-    # Which log attribute named them, where the format reads several (OTel).
-    attributes = {context: dict(sorted(sum((Counter(report["principal_attribute"][context]) for report in files),
-                                           Counter()).items())) for context in (r.PROPOSAL, r.COMMIT)}
+    principal = {**header.get("principal", {}), "source": sources}
+    if "identity_attributes" in principal:
+        # Which of the attributes tried named them, where the format reads several (OTel).
+        principal["attribute"] = {
+            context: dict(sorted(sum((Counter(report["principal_attribute"][context]) for report in files),
+                                     Counter()).items())) for context in (r.PROPOSAL, r.COMMIT)}
     return {
         **header,
-        "principal": {**header.get("principal", {}), "source": sources, "attribute": attributes},
+        "principal": principal,
         "files": files,
         "failed_files": [report["file"] for report in files if report["error"]],
         "totals": {"files": len(files), "files_skipped": sum(report["skipped"] for report in files), **totals,
