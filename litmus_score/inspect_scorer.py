@@ -16,7 +16,10 @@ proposal-time misuse of the trajectory), whose means and standard errors are
 the eval's metrics; answer the trajectory's category (its deciding call's);
 an explanation naming the deciding call and the policy rule; the per-call
 categories in metadata. A sample that cannot be adjudicated is Inspect's
-unscored outcome (Score.unscored), its reason the spec's reason codes.
+unscored outcome (Score.unscored), its reason the spec's reason codes. An
+Inspect older than Score's `reason` field (0.3.245) gets a NaN value and
+the codes in metadata["unscored_reason"], which newer Inspect reads back
+into `reason`.
 """
 
 from __future__ import annotations
@@ -69,6 +72,14 @@ def _explanation(mode: str, deciding: dict | None, legacy: bool, gap: str | None
     return text
 
 
+def unscored(reason: str, explanation: str | None, metadata: dict) -> Score:
+    """Inspect's unscored outcome with its reason, where the installed Inspect has the field."""
+    if hasattr(Score, "unscored") and "reason" in getattr(Score, "model_fields", {}):
+        return Score.unscored(reason=reason, explanation=explanation, metadata=metadata)
+    # Before 0.3.245: NaN, and the metadata key Inspect later lifts into `reason`.
+    return Score(value=float("nan"), explanation=explanation, metadata={**metadata, "unscored_reason": reason})
+
+
 def adjudicate(row: dict, unmapped, policy, mode: str) -> Score:
     """The Score of one mapped sample (a contract row and its unmapped entries)."""
     verdict = score_trajectory(row, mode, policy)
@@ -76,8 +87,7 @@ def adjudicate(row: dict, unmapped, policy, mode: str) -> Score:
     base = {"adjudication": mode, "policy_sha256": policy.sha256, "unmapped": lost}
     if not verdict.scored:
         detail = "; ".join([verdict.detail] + [f"{u['reason']}: {u['detail']}" for u in lost if u["detail"]])
-        return Score.unscored(reason=",".join(verdict.reasons), explanation=detail or None,
-                              metadata={**base, "reasons": list(verdict.reasons)})
+        return unscored(",".join(verdict.reasons), detail or None, {**base, "reasons": list(verdict.reasons)})
     calls = [_call_facts(policy, call, scored) for call, scored in zip(row["calls"], verdict.calls)]
     deciding = min(calls, key=lambda call: _SEVERITY[call["category"]], default=None)
     misuse, legacy = verdict.misuse, verdict.legacy_misuse

@@ -43,6 +43,7 @@ class ImportConfig:
     beam: PipelineOptions
     harness_verdict: str | None = None
     max_sample_mib: float | None = None
+    identity_attributes: str | None = None
 
 
 def _version(distribution: str) -> str | None:
@@ -52,7 +53,7 @@ def _version(distribution: str) -> str | None:
         return None
 
 
-def _add_import_flags(parser) -> None:
+def add_import_flags(parser) -> None:
     parser.add_argument("--principal", default=DEFAULT_PRINCIPAL,
                         help=f"acting identity where the log names none (default {DEFAULT_PRINCIPAL!r}); "
                              "the manifest counts which calls took it")
@@ -62,6 +63,10 @@ def _add_import_flags(parser) -> None:
     parser.add_argument("--max_sample_mib", "--max-sample-mib", type=float, default=None, metavar="MIB",
                         help="Inspect logs: the bound on one sample's decompressed record (default "
                              "256); a larger sample is not read, and is counted unmapped (sample_too_large)")
+    parser.add_argument("--identity_attributes", "--identity-attributes", default=None, metavar="NAME[,NAME...]",
+                        help="OTel logs: the span attributes that name the acting identity, tried in order on the "
+                             "span, then on its resource (default enduser.id,user.id,gen_ai.agent.identity.id); "
+                             "list vendors' prefixed copies here")
 
 
 def summary(manifest: dict, output: str) -> str:
@@ -81,6 +86,8 @@ def summary(manifest: dict, output: str) -> str:
         source = principal["source"][context]
         lines.append(f"  {context} principal: {source['log']} from the log, {source['default']} "
                      f"the default {text.shown(principal['default'])!r}")
+    if totals["files_skipped"]:
+        lines.append(f"  {totals['files_skipped']} path(s) skipped, never opened: named below")
     for report in manifest["files"]:
         if report["error"]:
             lines.append(f"error: {text.shown(report['file'])} not imported: {text.shown(report['error'])}")
@@ -103,8 +110,9 @@ def build_import(config: ImportConfig):
                          f"pip install 'litmus-score[{_EXTRAS[config.log_format]}]'")
     try:
         logs_transform = p.ImportLogs(config.log_format, config.logs, config.principal, config.harness_verdict,
-                                      max_sample_mib=config.max_sample_mib)
-    except ValueError as error:  # NoMatchingLogs, an empty principal, a harness verdict it cannot read
+                                      max_sample_mib=config.max_sample_mib,
+                                      identity_attributes=config.identity_attributes)
+    except ValueError as error:  # NoMatchingLogs, an empty principal, a harness verdict or attributes it cannot read
         raise UsageError(str(error)) from None
     header = {
         "schema": "litmus-import-manifest/1",
@@ -114,7 +122,7 @@ def build_import(config: ImportConfig):
         "library": {"name": module.LIBRARY, "version": library},
         "apache_beam": beam.__version__,
         "logs": list(config.logs),
-        "principal": {"default": config.principal},
+        "principal": {"default": config.principal, **logs_transform.identity_header},
         "harness_verdict": config.harness_verdict,
         "max_sample_mib": logs_transform.max_sample_mib,
         # contract field <- log field; null: the source does not record it.
@@ -157,11 +165,12 @@ def import_command(argv) -> Exit:
     parser.add_argument("--output", required=True, help="folder for the shards: new or empty (or see --replace)")
     parser.add_argument("--replace", action="store_true",
                         help="replace an earlier import in --output, finished or not")
-    _add_import_flags(parser)
+    add_import_flags(parser)
     args, beam_args = parser.parse_known_args(argv)
     try:
         config = ImportConfig(args.format, tuple(args.logs), folder_name(args.output), args.principal,
-                              beam_options(beam_args), args.harness_verdict, args.max_sample_mib)
+                              beam_options(beam_args), args.harness_verdict, args.max_sample_mib,
+                              args.identity_attributes)
         pipeline = build_import(config)
         lock = publish.claim(config.output, args.replace, kind=IMPORT)
     except (UsageError, publish.PublishError) as error:
@@ -181,38 +190,60 @@ def import_and_score(argv) -> Exit:
     OUTPUT/imported/, then scores those shards into OUTPUT with the rest of
     the flags, holding OUTPUT's lock throughout (with --replace, an earlier
     attempt is replaced whole, its imported/ too)."""
+    from pipeline import job, publish
+
+    parser = _Parser(prog="litmus-score score", add_help=False)
+    parser.add_argument("--input_format", "--input-format", choices=FORMATS, required=True)
+    parser.add_argument("--input", dest="inputs", action="append", required=True)
+    parser.add_argument("--output", required=True)
+    add_import_flags(parser)
+    try:
+        args, rest = parser.parse_known_args(argv)
+        output = folder_name(args.output)
+        config, baseline = job.configure(rest, inputs=[imported_shards(output)], output=output)
+    except (UsageError, publish.PublishError) as error:
+        text.error(error)
+        return Exit.USAGE
+    return import_then_score(args, config, baseline)
+
+
+def imported_shards(output: str) -> str:
+    """The glob of the shards `import_then_score` imports for a run into `output`."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from litmus_score.scoring.layout import IMPORTED_DIR
+
+    return FileSystems.join(output, IMPORTED_DIR, TRAJECTORIES_DIR, "*.parquet")
+
+
+def import_then_score(args, config, baseline, night: dict | None = None) -> Exit:
+    """Imports the logs `args` name (input_format, inputs and the import
+    flags) into config.output's imported/, then scores them as `config`
+    says (its inputs: imported_shards), holding the output's lock
+    throughout; `night` as job.run's."""
     from apache_beam.io.filesystems import FileSystems
 
     from litmus_score.scoring.layout import IMPORTED_DIR
     from pipeline import job, publish
     from transforms.read import NoVerdictSource
 
-    parser = _Parser(prog="litmus-score score", add_help=False)
-    parser.add_argument("--input_format", "--input-format", choices=FORMATS, required=True)
-    parser.add_argument("--input", dest="inputs", action="append", required=True)
-    parser.add_argument("--output", required=True)
-    _add_import_flags(parser)
     try:
-        args, rest = parser.parse_known_args(argv)
-        output = folder_name(args.output)
-        imported = FileSystems.join(output, IMPORTED_DIR)
-        config, baseline = job.configure(rest, inputs=[FileSystems.join(imported, TRAJECTORIES_DIR, "*.parquet")],
-                                         output=output)
         if config.policy is None and not config.accept_no_verdict:  # logs record no verdict: stop before importing
             raise NoVerdictSource(args.inputs)
+        imported = FileSystems.join(config.output, IMPORTED_DIR)
         import_config = ImportConfig(args.input_format, tuple(args.inputs), imported, args.principal, config.beam,
-                                     args.harness_verdict, args.max_sample_mib)
+                                     args.harness_verdict, args.max_sample_mib, args.identity_attributes)
         pipeline = build_import(import_config)
-        lock = publish.claim(output, config.replace)
+        lock = publish.claim(config.output, config.replace, night)
     except (UsageError, publish.PublishError, NoVerdictSource) as error:
         text.error(error)
         return Exit.USAGE
     try:
         code, _ = run_import(import_config, pipeline)
         print()
-        scored = job.run(config, baseline, claimed=lock)
+        scored = job.run(config, baseline, night, claimed=lock)
     except job.Failed as failed:
-        text.error(f"{failed}; {output} was not published")
+        text.error(f"{failed}; {config.output} was not published")
         return Exit.FAILED
     finally:
         lock.release()

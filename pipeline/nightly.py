@@ -8,7 +8,8 @@ scored under other rules, it gets a withheld verdict, not a skipped one).
 Re-running a night replaces that night's own earlier attempt, complete or
 not (the manifest records the night and its inputs); the folder of another
 night is never written over, and one scored from other inputs only with
---replace.
+--replace. With --input_format the inputs are logs, imported into the
+night's imported/ and then scored (pipeline.imports.import_then_score).
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from apache_beam.io.filesystems import FileSystems
 
 from litmus_score import text
 from litmus_score.exits import Exit
+from litmus_score.importers.pipeline import FORMATS
 from litmus_score.scoring.layout import NIGHT_PREFIX
 from pipeline.flags import beam_options, check_flags
+from pipeline.imports import add_import_flags, import_then_score, imported_shards
 from pipeline.options import UsageError, folder_name, validate
 from pipeline.publish import PublishError, Run, completed_subfolders, pin_run
 
@@ -43,7 +46,12 @@ def _parser() -> _Parser:
                                  "earlier complete night; other flags are score's (litmus-score score --help).")
     parser.add_argument("--date", help="the night, YYYY-MM-DD (required)")
     parser.add_argument("--input", dest="inputs", action="append",
-                        help="Parquet path or glob; {date} stands for --date; repeat for several (required)")
+                        help="Parquet path or glob (logs with --input_format); {date} stands for --date; repeat for "
+                             "several (required)")
+    parser.add_argument("--input_format", "--input-format", choices=FORMATS, default=None,
+                        help="the inputs are logs of this format: imported into the night's imported/, then scored "
+                             "(as score --input_format)")
+    add_import_flags(parser)
     parser.add_argument("--output_root", "--output-root", dest="output_root",
                         help="folder of the nights' outputs: local, gs://, ... (required)")
     parser.add_argument("-h", "--help", action="store_true")
@@ -81,8 +89,8 @@ def find_baseline(root: str, date: str) -> Run | None:
 
 
 def plan(argv):
-    """(the run's config, the night, the pinned baseline or None, the output root); None after --help;
-    UsageError."""
+    """(the run's config, the night, the pinned baseline or None, the output root, the parsed nightly
+    flags); None after --help; UsageError."""
     parser = _parser()
     args, rest = parser.parse_known_args(list(argv))
     if args.help:
@@ -98,11 +106,18 @@ def plan(argv):
     date = night_date(args.date)
     inputs = [pattern.replace("{date}", date) for pattern in args.inputs]
     root = folder_name(args.output_root)
-    config = validate(beam_options(rest, inputs=inputs, output=FileSystems.join(root, NIGHT_PREFIX + date)))
+    output = FileSystems.join(root, NIGHT_PREFIX + date)
+    night = {"date": date, "inputs": inputs}
+    if args.input_format:
+        # The logs are the night's inputs; the shards scored are the ones imported from them.
+        night["input_format"] = args.input_format
+        args.inputs = inputs
+    config = validate(beam_options(rest, inputs=[imported_shards(output)] if args.input_format else inputs,
+                                   output=output))
     baseline = find_baseline(root, date)
     if baseline is not None:
         config = dataclasses.replace(config, baseline=baseline.folder)
-    return config, {"date": date, "inputs": inputs}, baseline, root
+    return config, night, baseline, root, args
 
 
 def main(argv) -> Exit:
@@ -116,10 +131,13 @@ def main(argv) -> Exit:
         return Exit.USAGE
     if planned is None:  # --help
         return Exit.OK
-    config, night, baseline, root = planned
+    config, night, baseline, root, args = planned
     print(f"litmus-score nightly {night['date']}: baseline "
           + (text.shown(baseline.folder) if baseline else "none (no earlier complete night)"))
-    code = job.run(config, baseline, night)
+    if args.input_format:
+        code = import_then_score(args, config, baseline, night)
+    else:
+        code = job.run(config, baseline, night)
     if code in PUBLISHED:
         after_publishing(root)
     return code

@@ -8,6 +8,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -146,3 +147,29 @@ def test_a_policy_that_cannot_be_read_fails_when_the_scorer_is_made(tmp_path):
     good.write_text(inspect_logs.REPLAY_POLICY)
     with pytest.raises(ValueError, match="sometimes"):
         commit_misuse(policy=str(good), adjudication="sometimes")
+
+
+class ScoreBeforeReason:
+    """Inspect's Score as it was before its `reason` field and Score.unscored (0.3.245)."""
+
+    model_fields: ClassVar[dict] = {"value": None, "answer": None, "explanation": None, "metadata": None}
+
+    def __init__(self, value, answer=None, explanation=None, metadata=None):
+        self.value, self.answer, self.explanation, self.metadata = value, answer, explanation, metadata
+
+
+def test_unscored_samples_carry_their_reason_and_older_inspect_reads_it_back(monkeypatch):
+    from inspect_ai.scorer import Score
+
+    from litmus_score import inspect_scorer
+
+    reason, metadata = "unscored_calls,no_commit_context", {"reasons": ["unscored_calls", "no_commit_context"]}
+    current = inspect_scorer.unscored(reason, "why", metadata)
+    assert current.reason == reason and math.isnan(current.value) and current.metadata == metadata
+    monkeypatch.setattr(inspect_scorer, "Score", ScoreBeforeReason)
+    older = inspect_scorer.unscored(reason, "why", metadata)
+    assert math.isnan(older.value) and older.metadata["unscored_reason"] == reason
+    # A log written so reads, in today's Inspect, with the reason in its field.
+    read_back = Score.model_validate({"value": older.value, "explanation": older.explanation,
+                                      "metadata": older.metadata})
+    assert read_back.reason == reason

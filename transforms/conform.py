@@ -82,6 +82,37 @@ class Conformed:
     unread: dict = field(default_factory=dict)
 
 
+def _viewless_type(data_type: pa.DataType) -> pa.DataType:
+    """`data_type` with each string_view or binary_view inside it made the
+    large (64-bit offset) type: Arrow's take and filter have no kernel for
+    view types, and polars writes them."""
+    if pa.types.is_string_view(data_type):
+        return pa.large_string()
+    if pa.types.is_binary_view(data_type):
+        return pa.large_binary()
+    if pa.types.is_struct(data_type):
+        return pa.struct([f.with_type(_viewless_type(f.type)) for f in data_type])
+    if pa.types.is_list(data_type):
+        return pa.list_(data_type.value_field.with_type(_viewless_type(data_type.value_type)))
+    if pa.types.is_large_list(data_type):
+        return pa.large_list(data_type.value_field.with_type(_viewless_type(data_type.value_type)))
+    if pa.types.is_fixed_size_list(data_type):
+        return pa.list_(data_type.value_field.with_type(_viewless_type(data_type.value_type)), data_type.list_size)
+    if pa.types.is_map(data_type):
+        return pa.map_(data_type.key_field.with_type(_viewless_type(data_type.key_type)),
+                       data_type.item_field.with_type(_viewless_type(data_type.item_type)), data_type.keys_sorted)
+    if pa.types.is_dictionary(data_type):
+        return pa.dictionary(data_type.index_type, _viewless_type(data_type.value_type), data_type.ordered)
+    return data_type
+
+
+def without_views(array: pa.Array) -> pa.Array:
+    """`array` with its view types cast to the large ones (same values; the
+    cast does not validate UTF-8, which conforming then checks row by row)."""
+    target = _viewless_type(array.type)
+    return array if target == array.type else array.cast(target)
+
+
 def _as_binary(array: pa.Array) -> pa.Array:
     """The bytes of a string-like array, without validating them."""
     if pa.types.is_dictionary(array.type):
@@ -151,6 +182,7 @@ def conform_array(array: pa.Array, target: pa.DataType, path: str,
     Every string inside is checked for UTF-8 and its length; the flags of
     nested values are lifted to the elements of `array` that hold them.
     """
+    array = without_views(array)
     if pa.types.is_struct(target):
         if not pa.types.is_struct(array.type):
             raise ColumnTypeError(path, array.type, target)
@@ -210,8 +242,9 @@ def conform_batch(batch: pa.RecordBatch, source: str, first_row: int,
     completeness check then reports as missing_field on every row it affects;
     a value that cannot be read becomes null in its own row. Input columns
     not used as contract columns (extra ones, and those of an unreadable
-    type) ride along for the UNSCORED record; one whose name is taken gets
-    the prefix s.RAW_PREFIX.
+    type) ride along for the UNSCORED record, view types cast to the large
+    ones so later stages can take and filter them; one whose name is taken
+    gets the prefix s.RAW_PREFIX.
     """
     columns, fields, issues, used, flags = [], [], [], set(), {}
     names = set(batch.schema.names)
@@ -238,7 +271,8 @@ def conform_batch(batch: pa.RecordBatch, source: str, first_row: int,
     taken = {f.name for f in fields}
     for i, f in enumerate(batch.schema):
         if f.name not in used:
-            columns.append(batch.column(i))
-            fields.append(f.with_name(s.RAW_PREFIX + f.name if f.name in taken else f.name))
+            column = without_views(batch.column(i))
+            columns.append(column)
+            fields.append(f.with_name(s.RAW_PREFIX + f.name if f.name in taken else f.name).with_type(column.type))
     return pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields)), issues
 

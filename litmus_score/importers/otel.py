@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from datetime import datetime, timezone
 
@@ -31,6 +31,14 @@ LIBRARY = "opentelemetry-proto"
 UNITS = "conversations"
 SUFFIXES = (".json", ".jsonl")
 EXTRA_FIELDS = [pa.field("otel_trace_ids", pa.list_(pa.string()))]
+OPTIONS = ("identity_attributes",)
+# Where the GenAI conventions (still moving) put the acting identity, in the
+# order they are tried: the span's own attributes, then its resource's.
+# Vendors' prefixed copies are named with --identity_attributes.
+IDENTITY_ATTRIBUTES = ("enduser.id", "user.id", "gen_ai.agent.identity.id")
+# The key a span's attributes hold its acting identity under, once found:
+# (identity, the attribute that named it, "resource " before a resource's), or None.
+_ACTOR = "litmus.acting_identity"
 
 OBSERVES = {
     "run_id": "resource service.name (else 'otel')",
@@ -44,11 +52,13 @@ OBSERVES = {
     "calls.tool": "tool_call part name / gen_ai.tool.name / tool.name",
     "calls.arguments": "chat span gen_ai.output.messages tool_call arguments",
     "calls.proposal.resolved_arguments": "chat span gen_ai.output.messages tool_call arguments",
-    "calls.proposal.principal": "chat span enduser.id, else its resource's, else the default",
+    "calls.proposal.principal": "chat span identity attribute (enduser.id, user.id, gen_ai.agent.identity.id, "
+                                "first found), else its resource's, else the default",
     "calls.proposal.policy_verdict": None,
     "calls.proposal.at": "chat span end time",
     "calls.commit.resolved_arguments": "gen_ai.tool.call.arguments / input.value, where captured",
-    "calls.commit.principal": "execute_tool span enduser.id, else its resource's, else the default",
+    "calls.commit.principal": "execute_tool span identity attribute (as the proposal's), else its resource's, "
+                              "else the default",
     "calls.commit.policy_verdict": None,
     "calls.commit.outcome": "span status, error.type",
     "calls.commit.status_code": None,
@@ -156,22 +166,45 @@ def _outcome(span, attributes: dict) -> str:
     return r.COMMITTED
 
 
+def identity_attributes(names) -> tuple:
+    """The ordered attribute names from `--identity_attributes` text (a
+    comma-separated list) or a sequence; ValueError if it names none."""
+    if isinstance(names, str):
+        names = names.split(",")
+    found = tuple(name.strip() for name in names if name.strip())
+    if not found:
+        raise ValueError("--identity_attributes names no attribute; give NAME[,NAME...] "
+                         f"(default {','.join(IDENTITY_ATTRIBUTES)})")
+    return found
+
+
+def _acting_identity(attributes: dict, resource: dict, names) -> tuple | None:
+    """(identity, attribute) from the first of `names` a span sets, else the
+    first its resource sets (attribute then prefixed "resource "); None if none does."""
+    for where, holder in (("", attributes), ("resource ", resource)):
+        for name in names:
+            value = holder.get(name)
+            if value:
+                return str(value), where + name
+    return None
+
+
 def _principal(attributes: dict, principal: str) -> tuple:
-    """(acting identity, whether the log named it): a span's own `enduser.id`, then its resource's."""
-    named = attributes.get("enduser.id")
-    return (named, True) if named else (principal, False)
+    """(acting identity, the attribute that named it, None for the default)."""
+    found = attributes.get(_ACTOR)
+    return found if found else (principal, None)
 
 
 def _commit(span, attributes: dict, principal: str) -> tuple:
-    """(commit of an execution span, whether its principal came from the log).
+    """(commit of an execution span, the attribute its principal came from or None).
 
     The principal is the execution span's: an identity the runtime resolved
     when the tool ran (a session principal with more rights) belongs there,
     not on the chat span that proposed the call."""
     ran = attributes.get("gen_ai.tool.call.arguments", attributes.get("input.value"))
-    who, from_log = _principal(attributes, principal)
+    who, attribute = _principal(attributes, principal)
     return r.commit(r.arguments_json(_json_object(ran)), who, _outcome(span, attributes), None,
-                    _time(span.end_time_unix_nano)), from_log
+                    _time(span.end_time_unix_nano)), attribute
 
 
 def map_conversation(key: str, spans, source: str, principal: str) -> tuple:
@@ -217,22 +250,27 @@ def map_conversation(key: str, spans, source: str, principal: str) -> tuple:
             executions[call_id] = (span, attributes)
 
     calls: list[dict] = []
-    from_log = {r.PROPOSAL: 0, r.COMMIT: 0}
+    attributes_used: dict[str, Counter] = {r.PROPOSAL: Counter(), r.COMMIT: Counter()}
+
+    def named_by(context: str, attribute: str | None) -> None:
+        if attribute:
+            attributes_used[context][attribute] += 1
+
     for call_id, (part, chat, chat_attributes) in proposals.items():
         arguments = r.arguments_json(_json_object(part.get("arguments")))
-        who, named = _principal(chat_attributes, principal)
-        from_log[r.PROPOSAL] += named
+        who, attribute = _principal(chat_attributes, principal)
+        named_by(r.PROPOSAL, attribute)
         commit = None
         if call_id in executions:
-            commit, named = _commit(*executions.pop(call_id), principal)
-            from_log[r.COMMIT] += named
+            commit, attribute = _commit(*executions.pop(call_id), principal)
+            named_by(r.COMMIT, attribute)
         calls.append(r.call(str(call_id), len(calls), part.get("name"), arguments,
                             r.context(arguments, who, _time(chat.end_time_unix_nano)), commit))
     for call_id, (span, attributes) in executions.items():
         # An execution no chat span proposed: its proposal is not in the trace.
-        commit, named = _commit(span, attributes, principal)
-        from_log[r.PROPOSAL] += named
-        from_log[r.COMMIT] += named
+        commit, attribute = _commit(span, attributes, principal)
+        named_by(r.PROPOSAL, attribute)
+        named_by(r.COMMIT, attribute)
         calls.append(r.call(call_id, len(calls), attributes.get("gen_ai.tool.name") or attributes.get("tool.name"),
                             None, r.context(None, commit["principal"]), commit))
     traces = sorted({s[2].trace_id.hex() for s in spans})
@@ -240,7 +278,8 @@ def map_conversation(key: str, spans, source: str, principal: str) -> tuple:
         run_id=run_id or "otel", trajectory_id=key, agent=agent, task_id=None, task_category=None,
         episode_outcome=r.ERROR if failed else r.COMPLETED, calls=calls, source_log=source,
         source_position=f"lines {spans[0][0]}-{spans[-1][0]}", lost=r.lost_calls(unmapped), otel_trace_ids=traces)
-    return r.Trajectory(row, principals_from_log=from_log), unmapped
+    from_log = {context: sum(used.values()) for context, used in attributes_used.items()}
+    return r.Trajectory(row, principals_from_log=from_log, principal_attributes=attributes_used), unmapped
 
 
 def _has_trace_id(span) -> bool:
@@ -256,7 +295,8 @@ def _orphan(line, span, kind: str, owner) -> r.Unmapped:
                       trajectory_id=owner)
 
 
-def read_log(local_path: str, source: str, principal: str) -> Iterator:
+def read_log(local_path: str, source: str, principal: str,
+             identity_attributes: tuple = IDENTITY_ATTRIBUTES) -> Iterator:
     """The file's conversations as Trajectory items (the whole file is parsed
     first: a conversation's spans come in any order).
 
@@ -264,7 +304,8 @@ def read_log(local_path: str, source: str, principal: str) -> Iterator:
     never grouped (no phantom trajectory). Where its conversation id or its
     call id names a trajectory, that trajectory counts it as a lost call and
     is left unscored; otherwise no trajectory accounts for it and the file's
-    import is incomplete."""
+    import is incomplete. A span's acting identity is read from the first of
+    `identity_attributes` it sets, else the first its resource sets."""
     groups, orphans = defaultdict(list), []
     counts = {"spans": 0, "spans_genai": 0}
     with open(local_path, encoding="utf-8") as handle:
@@ -275,7 +316,8 @@ def read_log(local_path: str, source: str, principal: str) -> Iterator:
             if kind is None:
                 continue
             counts["spans_genai"] += 1
-            attributes.setdefault("enduser.id", resource.get("enduser.id"))
+            # Set over whatever the log holds under the key: the log cannot forge where an identity came from.
+            attributes[_ACTOR] = _acting_identity(attributes, resource, identity_attributes)
             if not _has_trace_id(span):
                 orphans.append((line, span, attributes, kind))
                 continue

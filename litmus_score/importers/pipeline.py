@@ -12,10 +12,12 @@ the other files are imported.
 from __future__ import annotations
 
 import contextlib
+import glob
 import importlib
 import logging
 import os
 import shutil
+import stat
 import tempfile
 import uuid
 from collections import Counter
@@ -56,6 +58,10 @@ class NoMatchingLogs(ValueError):
     """A LOGS argument that matches no log file."""
 
 
+class SkippedLog(OSError):
+    """A matched path that is not opened (not_a_file says why)."""
+
+
 def _match(pattern: str) -> list:
     try:
         return [m.path for m in FileSystems.match([pattern])[0].metadata_list]
@@ -63,20 +69,73 @@ def _match(pattern: str) -> list:
         return []
 
 
+def _is_local(path: str) -> bool:
+    return FileSystems.get_scheme(path) is None
+
+
+def _local_folder(folder: str, suffixes) -> list:
+    """The paths under a local folder, at any depth, whose names end in one
+    of `suffixes`, hidden names left out (as a glob leaves them). Linked
+    folders are followed once each, so a link looping back ends there; a
+    broken or looping link with a log's name is listed, for the import to
+    name it."""
+    found, seen = [], set()
+    for top, folders, files in os.walk(folder, followlinks=True):
+        seen.add(os.path.realpath(top))
+        folders[:] = sorted(name for name in folders if not name.startswith(".")
+                            and os.path.realpath(os.path.join(top, name)) not in seen)
+        found += [os.path.join(top, name) for name in sorted(files)
+                  if name.endswith(suffixes) and not name.startswith(".")]
+    return found
+
+
+def _local_logs(pattern: str, suffixes) -> list:
+    """Every path a local pattern names, folders expanded, including the
+    broken links and special files Beam's match skips or opens blindly."""
+    if glob.has_magic(pattern):
+        named = sorted(glob.glob(pattern, recursive="**" in pattern))
+    else:
+        named = [pattern] if os.path.lexists(pattern) else []
+    return [log for path in named
+            for log in (_local_folder(path, suffixes) if os.path.isdir(path) else [path])]
+
+
+def _remote_logs(pattern: str, suffixes) -> list:
+    matched = [] if pattern.endswith("/") else _match(pattern)
+    if not matched:
+        folder = pattern.rstrip("/")
+        matched = [path for path in _match(FileSystems.join(folder, "**")) if path.endswith(suffixes)]
+    return matched
+
+
 def match_logs(patterns, suffixes) -> list:
     """The sorted, distinct files the patterns match. A folder stands for the
-    files under it, at any depth, whose names end in one of `suffixes`."""
+    files under it, at any depth, whose names end in one of `suffixes`.
+    Local paths that are no regular file (a pipe, a broken or looping link)
+    are kept: ImportLogFn names them and does not open them."""
     files = set()
     for pattern in patterns:
-        matched = [] if pattern.endswith("/") else _match(pattern)
-        matched = [path for path in matched if not os.path.isdir(path)]
-        if not matched:
-            folder = pattern.rstrip("/")
-            matched = [path for path in _match(FileSystems.join(folder, "**")) if path.endswith(suffixes)]
+        matched = _local_logs(pattern, suffixes) if _is_local(pattern) else _remote_logs(pattern, suffixes)
         if not matched:
             raise NoMatchingLogs(f"no log file matches {pattern!r}")
         files.update(matched)
     return sorted(files)
+
+
+def not_a_file(path: str) -> str | None:
+    """Why a local path is not opened (None: it is a regular file, or not
+    local): a pipe or device would hang or never end, a link may lead
+    nowhere. Decided by stat alone, without opening it."""
+    if not _is_local(path):
+        return None
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as error:
+        kind = "a broken or looping link" if os.path.islink(path) else "cannot be read"
+        return f"skipped: {kind} ({error.strerror or error})"
+    if not stat.S_ISREG(mode):
+        return "skipped: not a regular file (a pipe, socket or device); not opened"
+    return None
 
 
 @contextlib.contextmanager
@@ -115,7 +174,10 @@ class ImportLogFn(beam.DoFn):
     def process(self, path: str):
         report = new_report(path)
         rows, misses = [], []
+        skipped = not_a_file(path)
         try:
+            if skipped:
+                raise SkippedLog(skipped)
             with local_copy(path) as local:
                 for item in self._module.read_log(local, path, self._principal, **self._options):
                     if isinstance(item, r.FileSummary):
@@ -138,7 +200,8 @@ class ImportLogFn(beam.DoFn):
             # What it yielded before the fault stays imported and counted.
             logging.warning("cannot import %s: %s", path, error)
             self._failed.inc()
-            report["error"] = r.bounded(f"{type(error).__name__}: {error}")
+            report["error"] = r.bounded(str(error) if skipped else f"{type(error).__name__}: {error}")
+            report["skipped"] = bool(skipped)
         if rows:
             yield pa.Table.from_pylist(rows, schema=self._schema)
         if misses:
@@ -147,6 +210,8 @@ class ImportLogFn(beam.DoFn):
         self._trajectories.inc(report["trajectories"])
         self._unmapped.inc(report["unmapped"])
         report["unmapped_by_reason"] = dict(sorted(report["unmapped_by_reason"].items()))
+        report["principal_attribute"] = {context: dict(sorted(used.items()))
+                                         for context, used in report["principal_attribute"].items()}
         yield beam.pvalue.TaggedOutput(REPORTS_TAG, report)
 
 
@@ -157,12 +222,14 @@ def new_report(path: str) -> dict:
     lists, where it does). calls: the calls the trajectories hold;
     calls_unmapped: the calls the log shows that they lack (each counted in
     its trajectory's call_count, where it has one). not_imported: the units
-    and calls no trajectory accounts for.
+    and calls no trajectory accounts for. skipped: the path was never opened
+    (a pipe, a broken or looping link); its error says why.
     """
     return {"file": path, "units": 0, "units_declared": None, "trajectories": 0, "calls": 0, "calls_unmapped": 0,
             "unmapped": 0, "unmapped_by_reason": Counter(), "not_imported": {"units": 0, "calls": 0},
             "principal_source": {context: {r.FROM_LOG: 0, r.FROM_DEFAULT: 0} for context in (r.PROPOSAL, r.COMMIT)},
-            "facts": {}, "error": None}
+            "principal_attribute": {context: Counter() for context in (r.PROPOSAL, r.COMMIT)},
+            "facts": {}, "error": None, "skipped": False}
 
 
 def count_unmapped(report: dict, item: r.Unmapped) -> None:
@@ -181,6 +248,8 @@ def count_trajectory(report: dict, item: r.Trajectory) -> None:
     for context, sources in item.principal_sources().items():
         for source, n in sources.items():
             report["principal_source"][context][source] += n
+    for context, used in item.principal_attributes.items():
+        report["principal_attribute"][context].update(used)
 
 
 class ImportLogs(beam.PTransform):
@@ -191,12 +260,13 @@ class ImportLogs(beam.PTransform):
     Globs are matched when the transform is built, so a pattern that matches
     nothing fails before any work is launched. `principal` is the acting
     identity where the log names none; `harness_verdict` (Inspect logs) names
-    the sample score kept as the harness's own verdict, and `max_sample_mib`
-    (Inspect logs) bounds one sample's decompressed record.
+    the sample score kept as the harness's own verdict; `max_sample_mib`
+    (Inspect logs) bounds one sample's decompressed record; `identity_attributes`
+    (OTel, comma-separated) the ordered span attributes that name the acting identity.
     """
 
     def __init__(self, log_format: str, patterns, principal: str, harness_verdict: str | None = None,
-                 max_sample_mib: float | None = None):
+                 max_sample_mib: float | None = None, identity_attributes: str | None = None):
         super().__init__()
         module = importer(log_format)
         if not principal:
@@ -217,6 +287,13 @@ class ImportLogs(beam.PTransform):
                                  "to choose (agentdojo keeps its own `security`)")
             module.HarnessVerdict.parse(harness_verdict)  # a ValueError naming it, before any work
             self._options["harness_verdict"] = harness_verdict
+        if identity_attributes is not None:
+            if "identity_attributes" not in getattr(module, "OPTIONS", ()):
+                raise ValueError(f"--identity_attributes names OTel span attributes; {log_format} logs have none")
+            self._options["identity_attributes"] = module.identity_attributes(identity_attributes)
+        # The manifest says which attributes were tried, in order, where the format reads several.
+        tried = self._options.get("identity_attributes", getattr(module, "IDENTITY_ATTRIBUTES", None))
+        self.identity_header = {} if tried is None else {"identity_attributes": list(tried)}
         self._format, self._principal = log_format, principal
         self.files = match_logs(list(patterns), module.SUFFIXES)
         self.schema = r.shard_schema(module.EXTRA_FIELDS)
@@ -249,12 +326,19 @@ def manifest_document(reports, header: dict, outputs=()) -> dict:
     # Which calls took their principal from the log, which the default: proposals and commits apart.
     sources = {context: {source: sum(report["principal_source"][context][source] for report in files)
                          for source in (r.FROM_LOG, r.FROM_DEFAULT)} for context in (r.PROPOSAL, r.COMMIT)}
+    principal = {**header.get("principal", {}), "source": sources}
+    if "identity_attributes" in principal:
+        # Which of the attributes tried named them, where the format reads several (OTel).
+        principal["attribute"] = {
+            context: dict(sorted(sum((Counter(report["principal_attribute"][context]) for report in files),
+                                     Counter()).items())) for context in (r.PROPOSAL, r.COMMIT)}
     return {
         **header,
-        "principal": {**header.get("principal", {}), "source": sources},
+        "principal": principal,
         "files": files,
         "failed_files": [report["file"] for report in files if report["error"]],
-        "totals": {"files": len(files), **totals, "unmapped_by_reason": dict(sorted(by_reason.items()))},
+        "totals": {"files": len(files), "files_skipped": sum(report["skipped"] for report in files), **totals,
+                   "unmapped_by_reason": dict(sorted(by_reason.items()))},
         "outputs": sorted(outputs, key=lambda entry: entry["path"]),
     }
 

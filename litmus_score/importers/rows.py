@@ -55,10 +55,11 @@ FROM_LOG, FROM_DEFAULT = "log", "default"
 class Trajectory:
     """One contract row (a dict on shard_schema) and, per context, how many of
     its calls took their principal from the log rather than the --principal
-    default."""
+    default, and (where the format has several) from which attribute."""
 
     row: dict
     principals_from_log: dict = field(default_factory=lambda: {PROPOSAL: 0, COMMIT: 0})
+    principal_attributes: dict = field(default_factory=lambda: {PROPOSAL: {}, COMMIT: {}})
 
     def principal_sources(self) -> dict:
         """{context: {log: n, default: n}} over the contexts the row holds."""
