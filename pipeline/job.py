@@ -36,6 +36,7 @@ from pipeline.flags import beam_options
 from pipeline.options import RunConfig, validate
 from pipeline.processes import settle_memory, workers_die_with_launcher
 from pipeline.progress import ProgressLine, runs_in_process
+from pipeline.rescore import like_with_like
 from transforms.files import to_json
 from transforms.read import NoMatchingShards, NoVerdictSource
 
@@ -117,7 +118,12 @@ def comparison_lines(comparison: dict) -> list:
                 *policy_diff_lines(comparison.get("policy_diff")),
                 *(f"  the {run} run folded groups beyond --max_groups into (other): an agent's rate there "
                   "is not its own" for run in comparison.get("groups_folded") or [])]
-    lines = [f"since the baseline ({len(comparison['agents'])} agent(s)):"]
+    rescored = (comparison.get("baseline") or {}).get("rescored")
+    lines = [f"since the baseline ({len(comparison['agents'])} agent(s)):" if rescored is None else
+             f"since the baseline re-scored under this run's rules ({len(comparison['agents'])} agent(s); it was "
+             f"scored with policy {text.shown(rescored['scored_under']['policy_sha256'])}, "
+             f"{text.shown(rescored['scored_under']['adjudication'])}):",
+             *policy_diff_lines(comparison.get("policy_diff"))]
     for agent in comparison["agents"]:
         lines.append(f"  {text.shown(agent['agent'])}: {agent['verdict']}"
                      + (f" ({'; '.join(text.shown(r) for r in agent['reasons'])})" if agent["reasons"] else ""))
@@ -287,6 +293,7 @@ def run(config: RunConfig, baseline: publish.Run | None = None, night: dict | No
         return Exit.USAGE
     try:
         execute(pipeline, shard_count)
+        baseline = like_with_like(config, baseline)
         metrics, manifest, comparison = complete(config.output, baseline, config.thresholds,
                                                  policy_documents(config))
     except Failed as failed:

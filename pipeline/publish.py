@@ -340,6 +340,8 @@ class Run:
     metrics: dict
     manifest: dict
     policy: tuple = (None, None)  # run_policy's (sha256, policy)
+    # Set when `metrics` are the run's inputs scored again under other rules (pipeline.rescore).
+    rescored: dict | None = None
 
     def identity(self) -> dict:
         """Which run, and which state of it, was read: its folder, its night
@@ -347,7 +349,8 @@ class Run:
         from litmus_score.scoring.compare import baseline_source
 
         metrics_entry = next(entry for entry in self.manifest["outputs"] if entry["path"] == METRICS_FILE)
-        return {**baseline_source(self.folder, self.manifest), "metrics_sha256": metrics_entry["sha256"]}
+        return {**baseline_source(self.folder, self.manifest), "metrics_sha256": metrics_entry["sha256"],
+                "rescored": self.rescored}
 
 
 def run_policy(folder: str, manifest: dict) -> tuple:

@@ -148,3 +148,75 @@ def test_a_policy_missing_from_an_object_store_is_one_line_naming_it(tmp_path, c
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line == f"litmus-score: cannot read {missing}: no object {missing}"
     assert not (tmp_path / "run").exists()
+
+
+def nightly_with(runs, root, date, policy):
+    return main(["nightly", "--date", date, "--input", str(runs / "{date}" / "*.parquet"), "--output_root",
+                 str(root), "--policy", str(policy), *RUNNER])
+
+
+def agent_counts(metrics) -> tuple:
+    (group,) = metrics["groups"]
+    return group["trajectories"]["scored"], group["misuse"]["count"]
+
+
+def test_a_policy_edit_between_nights_gets_a_verdict_from_the_rescored_baseline(tmp_path, policies, capsys):
+    runs, root = tmp_path / "runs", tmp_path / "scores"
+    night(runs / "2026-11-30", recorded_denies=10, large_undecided=20)
+    night(runs / "2026-12-01", recorded_denies=60, large_undecided=20)
+    assert nightly_with(runs, root, "2026-11-30", policies["before"]) == Exit.OK
+    capsys.readouterr()
+    # Was: exit 5, no verdict on the night of a policy edit.
+    assert nightly_with(runs, root, "2026-12-01", policies["after"]) == Exit.REGRESSION
+    printed = capsys.readouterr().out
+    folder = root / "date=2026-12-01"
+    comparison = load_json(folder / "comparison.json")
+    # The expectation: the baseline's inputs scored by hand under tonight's policy.
+    by_hand = tmp_path / "by-hand"
+    assert main(["score", "--input", str(runs / "2026-11-30" / "*.parquet"), "--output", str(by_hand),
+                 "--policy", str(policies["after"]), *RUNNER]) == Exit.OK
+    (agent,) = comparison["agents"]
+    scored, misuse = agent_counts(load_json(by_hand / "metrics.json"))
+    assert (agent["old"]["scored"], agent["old"]["misuse"]) == (scored, misuse)
+    assert agent["verdict"] == "regression" and comparison["withheld"] is False and comparison["rules_changed"] == []
+    old_sha = load_json(root / "date=2026-11-30" / "metrics.json")["policy_sha256"]
+    rescored = comparison["baseline"]["rescored"]
+    assert rescored["rules"]["policy_sha256"] == load_json(folder / "metrics.json")["policy_sha256"]
+    assert rescored["scored_under"]["policy_sha256"] == old_sha
+    assert [rule["id"] for rule in comparison["policy_diff"]["rules_added"]] == ["new-payee"]
+    assert "re-scored under this run's rules" in printed
+    assert "Re-scored baseline" in (folder / "report.html").read_text()
+    assert "re-scored under this night" in (root / "trend.html").read_text()
+    assert load_json(root / "trend.json")["nights"][1]["baseline_rescored"] is True
+
+
+def test_a_moved_baseline_input_withholds_the_verdict_with_a_line_naming_it(tmp_path, policies, capsys):
+    runs, root = tmp_path / "runs", tmp_path / "scores"
+    night(runs / "2026-11-30", recorded_denies=10, large_undecided=20)
+    night(runs / "2026-12-01", recorded_denies=60, large_undecided=20)
+    assert nightly_with(runs, root, "2026-11-30", policies["before"]) == Exit.OK
+    moved = runs / "2026-11-30" / "shard.parquet"
+    moved.rename(runs / "elsewhere.parquet")
+    capsys.readouterr()
+    assert nightly_with(runs, root, "2026-12-01", policies["after"]) == Exit.WITHHELD
+    errors = [line for line in capsys.readouterr().err.splitlines() if "baseline input" in line]
+    assert len(errors) == 1 and str(moved) in errors[0] and "cannot be read now" in errors[0]
+    folder = root / "date=2026-12-01"
+    assert (folder / "_SUCCESS").exists() and not [p for p in folder.iterdir() if p.name.startswith(".")]
+    comparison = load_json(folder / "comparison.json")
+    assert comparison["withheld"] is True and comparison["baseline"]["rescored"] is None
+
+
+def test_a_changed_baseline_input_withholds_the_verdict(tmp_path, policies, capsys):
+    runs, root = tmp_path / "runs", tmp_path / "scores"
+    night(runs / "2026-11-30", recorded_denies=10, large_undecided=20)
+    night(runs / "2026-12-01", recorded_denies=60, large_undecided=20)
+    assert nightly_with(runs, root, "2026-11-30", policies["before"]) == Exit.OK
+    changed = runs / "2026-11-30" / "shard.parquet"
+    changed.unlink()
+    night(runs / "rewritten", recorded_denies=40, large_undecided=0)
+    (runs / "rewritten" / "shard.parquet").rename(changed)
+    capsys.readouterr()
+    assert nightly_with(runs, root, "2026-12-01", policies["after"]) == Exit.WITHHELD
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "baseline input" in line]
+    assert f"baseline input {changed} changed since the baseline read it" in line

@@ -168,7 +168,7 @@ def _baseline(comparison) -> dict | None:
     if not isinstance(named, dict):
         return None
     runs = named.get("runs") or []
-    return {**named, "runs": runs[:5], "runs_left": max(0, len(runs) - 5)}
+    return {**named, "runs": runs[:5], "runs_left": max(0, len(runs) - 5), "rescored": named.get("rescored")}
 
 
 def _comparison(comparison) -> dict | None:
