@@ -82,7 +82,7 @@ def compare(argv) -> Exit:
         for role, folder in (("new run", args.new), ("baseline", args.old)):
             refuse_nested(output, folder, role)
         new, old = publish.pin_run(args.new, "new run"), publish.pin_run(args.old)
-        comparison = job.compare_with(old, new.metrics, thresholds)
+        comparison = job.compare_with(old, new.metrics, thresholds, new.policy)
         lock = publish.claim(output, args.replace, kind=publish.COMPARISON)
     except (UsageError, ValueError) as error:  # PublishError, a malformed metrics document
         text.error(error)

@@ -108,6 +108,15 @@ class ScoreTrajectories(beam.PTransform):
         }
 
 
+def input_identities(shards) -> list:
+    """Each matched file as the manifest records it: path, size, modification
+    time and the sha256 of its Parquet footer (null when it had none)."""
+    return [{"file": shard.path, **({"size": shard.identity.size, "mtime_ns": shard.identity.mtime_ns,
+                                     "footer_sha256": shard.identity.footer_sha256} if shard.identity else
+                                    {"size": None, "mtime_ns": None, "footer_sha256": None})}
+            for shard in shards]
+
+
 def check_verdict_source(shards, policy, accept_no_verdict: bool = False) -> None:
     """NoVerdictSource when no policy is given and some shard records no
     verdict (an import of agent logs): every call of theirs would be
@@ -127,6 +136,8 @@ def build(pipeline: beam.Pipeline, config, manifest_header: dict, finish=None) -
     score = ScoreTrajectories(config.inputs, config.mode, config.batch_rows, config.policy,
                               config.bounds, config.max_slice_keys, config.max_groups)
     check_verdict_source(score.shards, config.policy, config.accept_no_verdict)
+    # What a later run re-scoring this one's inputs checks they still are (pipeline.rescore).
+    manifest_header = {**manifest_header, "input_identities": input_identities(score.shards)}
     outputs = pipeline | "Score trajectories" >> score
     written = outputs | "Write outputs" >> WriteOutputs(config.output, manifest_header)
     if finish is not None:

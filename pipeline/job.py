@@ -27,6 +27,8 @@ from litmus_score.scoring.layout import (
     LOCK_FILE,
     MANIFEST_SCHEMA,
     OTHER,
+    POLICY_FILE,
+    POLICY_SOURCE_FILE,
     REPORT_FILE,
 )
 from pipeline import graph, publish
@@ -34,6 +36,7 @@ from pipeline.flags import beam_options
 from pipeline.options import RunConfig, validate
 from pipeline.processes import settle_memory, workers_die_with_launcher
 from pipeline.progress import ProgressLine, runs_in_process
+from pipeline.rescore import like_with_like
 from transforms.files import to_json
 from transforms.read import NoMatchingShards, NoVerdictSource
 
@@ -88,15 +91,39 @@ def summary(metrics: dict, manifest: dict, output: str) -> str:
     return "\n".join(lines)
 
 
+def policy_diff_lines(diff: dict | None) -> list:
+    """The rule-level change of policy (comparison.json's policy_diff) for the terminal, by rule id."""
+    if diff is None:
+        return []
+
+    def ids(rules) -> str:
+        return ", ".join(text.shown(rule["id"]) for rule in rules)
+
+    lines = [f"    {what}: {ids(diff[key])}" for what, key in (("rules added", "rules_added"),
+                                                                  ("rules removed", "rules_removed"))
+             if diff[key]]
+    lines += [f"    rule changed: {text.shown(change['id'])} ({', '.join(change['fields'])})"
+              for change in diff["rules_changed"]]
+    lines += [f"    {setting['setting']}: {text.shown(json.dumps(setting['old']))} -> "
+              f"{text.shown(json.dumps(setting['new']))}" for setting in diff["settings_changed"]]
+    return ["  policy diff (baseline -> this run):", *lines] if lines else []
+
+
 def comparison_lines(comparison: dict) -> list:
     """The verdict per agent, or why it is withheld, for the terminal."""
     if comparison["withheld"]:
         return ["since the baseline: no verdict (docs/nightly.md, comparing like with like):",
                 *(f"  {text.display(change['rule'], text.TERMINAL_CHARS)} differs: new {change['new']!r}, "
                   f"old {change['old']!r}" for change in comparison["rules_changed"]),
+                *policy_diff_lines(comparison.get("policy_diff")),
                 *(f"  the {run} run folded groups beyond --max_groups into (other): an agent's rate there "
                   "is not its own" for run in comparison.get("groups_folded") or [])]
-    lines = [f"since the baseline ({len(comparison['agents'])} agent(s)):"]
+    rescored = (comparison.get("baseline") or {}).get("rescored")
+    lines = [f"since the baseline ({len(comparison['agents'])} agent(s)):" if rescored is None else
+             f"since the baseline re-scored under this run's rules ({len(comparison['agents'])} agent(s); it was "
+             f"scored with policy {text.shown(rescored['scored_under']['policy_sha256'])}, "
+             f"{text.shown(rescored['scored_under']['adjudication'])}):",
+             *policy_diff_lines(comparison.get("policy_diff"))]
     for agent in comparison["agents"]:
         lines.append(f"  {text.shown(agent['agent'])}: {agent['verdict']}"
                      + (f" ({'; '.join(text.shown(r) for r in agent['reasons'])})" if agent["reasons"] else ""))
@@ -139,11 +166,32 @@ def configure(argv, **values) -> tuple:
     return config, publish.pin_run(config.baseline) if config.baseline else None
 
 
-def compare_with(baseline: publish.Run, metrics: dict, thresholds=None) -> dict:
-    """comparison.json: `metrics` against the pinned baseline, which it names."""
+def policy_documents(config: RunConfig) -> dict:
+    """The policy a run stores in its folder (name -> text): the validated
+    policy and the file's text; none without --policy."""
+    if config.policy is None:
+        return {}
+    return {POLICY_FILE: config.policy.canonical, POLICY_SOURCE_FILE: config.policy_text}
+
+
+def policy_change(new: tuple, old: tuple) -> dict | None:
+    """The rule-level diff between two runs' policies (publish.run_policy's
+    (sha256, policy) of each); None when they are the same policy, or when a
+    run written before runs stored their policy leaves only its hash."""
+    from litmus_score.scoring.policy import policy_diff
+
+    if new[0] == old[0] or any(sha256 is not None and policy is None for sha256, policy in (new, old)):
+        return None
+    return policy_diff(new[1], old[1])
+
+
+def compare_with(baseline: publish.Run, metrics: dict, thresholds=None, policy: tuple = (None, None)) -> dict:
+    """comparison.json: `metrics` against the pinned baseline, which it names;
+    `policy` is the new run's (sha256, policy), as publish.run_policy gives it."""
     from litmus_score.scoring.compare import compare_metrics
 
-    return compare_metrics(metrics, baseline.metrics, thresholds, baseline.identity())
+    change = policy_change(policy, baseline.policy)
+    return compare_metrics(metrics, baseline.metrics, thresholds, baseline.identity(), change)
 
 
 def comparison_manifest(new: publish.Run, old: publish.Run) -> dict:
@@ -192,14 +240,16 @@ def publishing(folder: str):
         raise Failed(f"cannot publish {folder}: {getattr(error, 'strerror', None) or one_line(error)}") from None
 
 
-def complete(output: str, baseline: publish.Run | None, thresholds=None) -> tuple:
+def complete(output: str, baseline: publish.Run | None, thresholds=None, policy: dict | None = None) -> tuple:
     """Publishes the run whose metrics.json and manifest are in `output`:
-    the comparison with the pinned baseline, the report, the manifest
-    listing them, _SUCCESS. (metrics, manifest, comparison)."""
+    its policy (policy_documents), the comparison with the pinned baseline,
+    the report, the manifest listing them, _SUCCESS. (metrics, manifest, comparison)."""
     with publishing(output):
         metrics, manifest = publish.read_run(output, complete=False)
-        comparison = compare_with(baseline, metrics, thresholds) if baseline is not None else None
-        documents = report_documents(output, metrics, manifest, comparison)
+        policy = policy or {}
+        ours = (manifest.get("policy_sha256"), json.loads(policy[POLICY_FILE]) if policy else None)
+        comparison = compare_with(baseline, metrics, thresholds, ours) if baseline is not None else None
+        documents = {**policy, **report_documents(output, metrics, manifest, comparison)}
         return metrics, publish.publish(output, manifest, documents), comparison
 
 
@@ -210,10 +260,11 @@ class PublishStep:
 
     def __init__(self, config: RunConfig, baseline: publish.Run | None):
         self._output, self._thresholds, self._baseline = config.output, config.thresholds, baseline
+        self._policy = policy_documents(config)
         self._lock = publish.Lock(FileSystems.join(config.output, LOCK_FILE))  # the one the launcher claims
 
     def __call__(self, _) -> None:
-        complete(self._output, self._baseline, self._thresholds)
+        complete(self._output, self._baseline, self._thresholds, self._policy)
         self._lock.release()
 
 
@@ -242,7 +293,9 @@ def run(config: RunConfig, baseline: publish.Run | None = None, night: dict | No
         return Exit.USAGE
     try:
         execute(pipeline, shard_count)
-        metrics, manifest, comparison = complete(config.output, baseline, config.thresholds)
+        baseline = like_with_like(config, baseline)
+        metrics, manifest, comparison = complete(config.output, baseline, config.thresholds,
+                                                 policy_documents(config))
     except Failed as failed:
         text.error(f"{failed}; {config.output} was not published")
         return Exit.FAILED

@@ -4,7 +4,8 @@
 
 scores into OUTPUT_ROOT/date=2026-12-01/ with, as the baseline, the latest
 earlier night under the root that is complete (read when the night starts;
-scored under other rules, it gets a withheld verdict, not a skipped one).
+scored under other rules, its inputs are scored again under tonight's:
+pipeline.rescore).
 Re-running a night replaces that night's own earlier attempt, complete or
 not (the manifest records the night and its inputs); the folder of another
 night is never written over, and one scored from other inputs only with
@@ -71,7 +72,7 @@ def night_date(value: str) -> str:
 def find_baseline(root: str, date: str) -> Run | None:
     """The latest night before `date` under `root` that is a complete run,
     read now (pinned), or None. Its rules need not be tonight's: when they
-    differ the comparison says so and gives no verdict (docs/nightly.md)."""
+    differ its inputs are scored again under tonight's (docs/nightly.md)."""
     earlier = []
     for name in completed_subfolders(root, NIGHT_PREFIX):
         day = name[len(NIGHT_PREFIX):]

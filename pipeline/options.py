@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from apache_beam.io.filesystem import BeamIOError, CompressionTypes
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from litmus_score.scoring import contract as c
@@ -127,6 +129,7 @@ class RunConfig:
     batch_rows: int = DEFAULT_BATCH_ROWS
     policy_file: str | None = None
     policy: PolicyDocument | None = None
+    policy_text: str | None = None  # the policy file's text as read: the run stores it beside policy.json
     baseline: str | None = None
     thresholds: Thresholds | None = None  # None: litmus_score.scoring.compare.DEFAULT_THRESHOLDS
     bounds: Bounds = DEFAULT_BOUNDS
@@ -157,6 +160,24 @@ class RunConfig:
         }
 
 
+def read_config(path: str, error: type[ValueError], max_bytes: int) -> bytes:
+    """At most `max_bytes` + 1 bytes of a configuration file: a local regular
+    file, or an object on any filesystem Beam can read (gs://, s3://)."""
+    from litmus_score.scoring.configfile import read_regular
+
+    if "://" not in path:
+        return read_regular(path, error, max_bytes)
+    try:
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            return handle.read(max_bytes + 1)
+    except ValueError as unknown:  # Beam knows no filesystem for the scheme
+        raise error(f"{path}: {unknown}") from None
+    except BeamIOError as failed:  # no strerror; the message ends with a dict of the details
+        raise OSError(failed.errno, str(failed).split(" with exceptions ", 1)[0]) from None
+    except OSError as failed:
+        raise OSError(failed.errno, failed.strerror or str(failed)) from None
+
+
 def _config_file(path: str, load):
     """load(path), with I/O and validation faults as one UsageError line naming the file."""
     try:
@@ -167,20 +188,27 @@ def _config_file(path: str, load):
         raise UsageError(str(error)) from None
 
 
-def load_policy_file(path: str) -> PolicyDocument:
-    """The validated policy in `path`; UsageError naming the file (and the field) if it cannot be used.
+def load_policy_source(path: str) -> tuple:
+    """(the validated policy in `path`, the file's text), from any path Beam
+    can read; UsageError naming the file (and the field) if it cannot be used.
     Every command that takes a policy loads it here."""
     # pydantic and PyYAML load only when a policy or thresholds file is given.
-    from litmus_score.scoring.policy import load_policy
+    from litmus_score.scoring.policy import load_policy_source as load
 
-    return _config_file(path, load_policy)
+    return _config_file(path, lambda source: load(source, read_config))
+
+
+def load_policy_file(path: str) -> PolicyDocument:
+    """The validated policy in `path` (load_policy_source, without its text)."""
+    return load_policy_source(path)[0]
 
 
 def load_thresholds_file(path: str) -> Thresholds:
-    """The validated thresholds in `path`; UsageError naming the file (and the field) if they cannot be used."""
+    """The validated thresholds in `path`, from any path Beam can read;
+    UsageError naming the file (and the field) if they cannot be used."""
     from litmus_score.scoring.compare import load_thresholds
 
-    return _config_file(path, load_thresholds)
+    return _config_file(path, lambda source: load_thresholds(source, read_config))
 
 
 def folder_name(path: str) -> str:
@@ -228,10 +256,10 @@ def validate(options: PipelineOptions) -> RunConfig:
     output = folder_name(score.output)
     if score.baseline:
         refuse_nested(output, score.baseline, "baseline")
+    policy, policy_text = load_policy_source(score.policy) if score.policy else (None, None)
     return RunConfig(
         inputs=tuple(score.inputs), output=output, mode=mode, beam=options,
-        batch_rows=score.batch_rows, policy_file=score.policy,
-        policy=load_policy_file(score.policy) if score.policy else None,
+        batch_rows=score.batch_rows, policy_file=score.policy, policy=policy, policy_text=policy_text,
         baseline=folder_name(score.baseline) if score.baseline else None,
         thresholds=load_thresholds_file(score.thresholds) if score.thresholds else None,
         bounds=bounds, max_slice_keys=score.max_slice_keys, replace=score.replace,

@@ -40,6 +40,8 @@ from litmus_score.scoring.layout import (
     MANIFEST_SCHEMA,
     METRICS_FILE,
     PARTIAL_PREFIX,
+    POLICY_FILE,
+    POLICY_SOURCE_FILE,
     REPORT_FILE,
     SUCCESS_MARKER,
     TEMP_PREFIX,
@@ -52,7 +54,8 @@ from transforms.write import FILE_SETS
 # Every name a run writes at the top of its folder (IMPORTED_DIR: the logs
 # `score --input_format` imported there just before, this run's own input).
 RUN_NAMES = frozenset({METRICS_FILE, MANIFEST_FILE, EVIDENCE_FILE, COMPARISON_FILE, REPORT_FILE, SUCCESS_MARKER,
-                       LOCK_FILE, IMPORTED_DIR, UNSCORED_DIR, *(files.folder for files in FILE_SETS.values())})
+                       LOCK_FILE, IMPORTED_DIR, POLICY_FILE, POLICY_SOURCE_FILE, UNSCORED_DIR,
+                       *(files.folder for files in FILE_SETS.values())})
 _READ_ERRORS = (OSError, BeamIOError, ValueError, KeyError, TypeError, AttributeError)
 
 
@@ -336,6 +339,9 @@ class Run:
     folder: str
     metrics: dict
     manifest: dict
+    policy: tuple = (None, None)  # run_policy's (sha256, policy)
+    # Set when `metrics` are the run's inputs scored again under other rules (pipeline.rescore).
+    rescored: dict | None = None
 
     def identity(self) -> dict:
         """Which run, and which state of it, was read: its folder, its night
@@ -343,7 +349,24 @@ class Run:
         from litmus_score.scoring.compare import baseline_source
 
         metrics_entry = next(entry for entry in self.manifest["outputs"] if entry["path"] == METRICS_FILE)
-        return {**baseline_source(self.folder, self.manifest), "metrics_sha256": metrics_entry["sha256"]}
+        return {**baseline_source(self.folder, self.manifest), "metrics_sha256": metrics_entry["sha256"],
+                "rescored": self.rescored}
+
+
+def run_policy(folder: str, manifest: dict) -> tuple:
+    """(policy_sha256, the policy) of a run: the policy as policy.json holds
+    it, checked against the manifest's sha256; None for a run scored without
+    one, or (with its sha256) for a run written before runs stored it."""
+    sha256 = manifest.get("policy_sha256")
+    if sha256 is None or not any(entry["path"] == POLICY_FILE for entry in manifest["outputs"]):
+        return sha256, None
+    try:
+        data = _read_bytes(FileSystems.join(folder, POLICY_FILE))
+    except (OSError, BeamIOError):
+        raise PublishError(f"{folder!r} has no readable {POLICY_FILE}") from None
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise PublishError(f"{folder!r}: {POLICY_FILE} does not match the run's policy_sha256")
+    return sha256, json.loads(data)
 
 
 def pin_run(folder: str, role: str = "baseline") -> Run:
@@ -354,7 +377,12 @@ def pin_run(folder: str, role: str = "baseline") -> Run:
         raise PublishError(f"{role}: {error}") from None
     if not isinstance(metrics, dict):
         raise PublishError(f"{role}: {folder!r}: {METRICS_FILE} is not a JSON object")
-    return Run(folder.rstrip("/") or "/", metrics, manifest)
+    folder = folder.rstrip("/") or "/"
+    try:
+        policy = run_policy(folder, manifest)
+    except PublishError as error:
+        raise PublishError(f"{role}: {error}") from None
+    return Run(folder, metrics, manifest, policy)
 
 
 def listed_files(folder: str, manifest: dict, subfolder: str) -> list:

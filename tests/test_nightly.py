@@ -64,7 +64,8 @@ def test_a_night_is_compared_with_the_latest_earlier_complete_night(runs, tmp_pa
     assert sorted(p.name for p in (night / "scored").iterdir()) == [e["path"][len("scored/"):] for e in listed]
 
 
-def test_incomplete_nights_are_not_baselines_and_another_mode_gets_no_verdict(runs, tmp_path, capsys):
+def test_incomplete_nights_are_not_baselines_and_another_mode_is_judged_on_the_rescored_baseline(runs, tmp_path,
+                                                                                                capsys):
     root = tmp_path / "scores"
     assert nightly(runs, root, "2026-11-29") == 0
     assert nightly(runs, root, "2026-11-30") == 0
@@ -76,12 +77,12 @@ def test_incomplete_nights_are_not_baselines_and_another_mode_gets_no_verdict(ru
     assert nightly(runs, root, "2026-11-30") == 0
     assert f"baseline {root / 'date=2026-11-29'}" in capsys.readouterr().out
     assert (root / "date=2026-11-30" / "_SUCCESS").exists()
-    # Tonight in strict mode: last night is still the baseline, and there is no verdict across modes.
-    assert nightly(runs, root, "2026-12-01", "--adjudication", "strict") == 5
+    # Tonight in strict mode: last night is still the baseline, its inputs scored again in strict mode.
+    code = nightly(runs, root, "2026-12-01", "--adjudication", "strict")
     assert f"baseline {root / 'date=2026-11-30'}" in capsys.readouterr().out
     comparison = load_json(root / "date=2026-12-01" / "comparison.json")
-    assert comparison["withheld"] is True
-    assert comparison["rules_changed"] == [{"rule": "adjudication", "new": "strict", "old": "commit"}]
+    assert comparison["withheld"] is False and comparison["rules_changed"] == [] and code == comparison["exit_code"]
+    assert comparison["baseline"]["rescored"]["scored_under"]["adjudication"] == "commit"
 
 
 # Runs `litmus-score ARGV[3:]` and holds inside the pipeline's final step,

@@ -2,9 +2,10 @@
 
 The same trajectories scored on two nights under two policies (the second
 adds a deny rule) must not read as a regression, and the reverse edit must
-not hide a real rise: the verdict is withheld, both policy hashes named on
-the terminal, in comparison.json and in the report, and the night is still
-scored and published in full.
+not hide a real rise: the night is compared with the baseline's inputs
+scored again under its policy. `compare`, which scores nothing, withholds
+the verdict, both policy hashes named on the terminal, in comparison.json
+and in the report.
 """
 
 import textwrap
@@ -68,43 +69,57 @@ def nightly(runs, root, date, policy):
 
 
 def assert_withheld_everywhere(folder, new_sha, old_sha, printed):
-    """The night is published in full, and each place its verdict would be names both hashes."""
-    assert (folder / "_SUCCESS").exists()
-    metrics, manifest = load_json(folder / "metrics.json"), load_json(folder / "manifest.json")
-    trajectories = metrics["totals"]["trajectories"]
-    assert manifest["input_rows"] == trajectories["input"] == trajectories["scored"] + trajectories["unscored"] == 300
-    assert pq.read_table(folder / "trajectories").num_rows == trajectories["scored"]
+    """Each place the verdict would be names both hashes."""
     comparison = load_json(folder / "comparison.json")
     assert comparison["rules_changed"] == [{"rule": "policy_sha256", "new": new_sha, "old": old_sha}]
-    assert comparison["withheld"] is True and new_sha == metrics["policy_sha256"]
     assert comparison["regressions"] == [] and comparison["agents"] == [] and comparison["exit_code"] == 5
-    assert comparison["baseline"]["policy_sha256"] == old_sha
-    assert "comparison.json" in {entry["path"] for entry in manifest["outputs"]}
+    assert comparison["withheld"] is True and comparison["baseline"]["policy_sha256"] == old_sha
     report = (folder / "report.html").read_text()
     assert "No verdict" in report and new_sha in report and old_sha in report
     assert "no verdict" in printed and f"policy_sha256 differs: new {new_sha!r}, old {old_sha!r}" in printed
 
 
-@pytest.mark.parametrize("last_night, tonight, policies_in_order", [
+@pytest.mark.parametrize("last_night, tonight, policies_in_order, verdict", [
     # The same trajectories; under the new rule 90 of 300 are misuse (0 before): a "rise" no agent made.
-    ((0, 90), (0, 90), ("allow", "deny")),
+    ((0, 90), (0, 90), ("allow", "deny"), Exit.OK),
     # 130/300 under the rule, then 90/300 without it: the rate fell while the harness denied three times as many.
-    ((30, 100), (90, 100), ("deny", "allow")),
+    ((30, 100), (90, 100), ("deny", "allow"), Exit.REGRESSION),
 ], ids=["a deny rule added is no regression", "a deny rule dropped cannot hide a real rise"])
-def test_a_policy_change_between_two_nights_withholds_the_verdict(tmp_path, policies, capsys, last_night, tonight,
-                                                                  policies_in_order):
+def test_a_policy_change_between_two_nights_is_judged_on_the_rescored_baseline(tmp_path, policies, capsys, last_night,
+                                                                              tonight, policies_in_order, verdict):
     runs = tmp_path / "runs"
     night(runs / "2026-11-30", *last_night)
     night(runs / "2026-12-01", *tonight)
     root = tmp_path / "scores"
     (old, old_sha), (new, new_sha) = (policies[name] for name in policies_in_order)
     assert nightly(runs, root, "2026-11-30", old) == Exit.OK
-    capsys.readouterr()
-    # Was: exit 3 (four agents "regressed") for the first, exit 0 for the second; the policy named nowhere.
-    assert nightly(runs, root, "2026-12-01", new) == Exit.WITHHELD
+    # Was: exit 3 (a false rise) for the first, exit 0 (a rise hidden) for the second; then exit 5 for both.
+    assert nightly(runs, root, "2026-12-01", new) == verdict
     folder = root / "date=2026-12-01"
-    assert load_json(folder / "metrics.json")["totals"]["misuse"]["count"] == 90
-    assert_withheld_everywhere(folder, new_sha, old_sha, capsys.readouterr().out)
+    metrics, manifest = load_json(folder / "metrics.json"), load_json(folder / "manifest.json")
+    assert metrics["totals"]["misuse"]["count"] == 90
+    assert manifest["input_rows"] == metrics["totals"]["trajectories"]["input"] == 300
+    comparison = load_json(folder / "comparison.json")
+    assert comparison["withheld"] is False and comparison["rules_changed"] == []
+    assert comparison["baseline"]["rescored"]["scored_under"]["policy_sha256"] == old_sha
+    assert comparison["baseline"]["policy_sha256"] == new_sha == metrics["policy_sha256"]
+    # The baseline's trajectories under tonight's policy: recorded denies, and the large ones if tonight denies them.
+    expected_old_misuse = last_night[0] + (last_night[1] if new_sha == policies["deny"][1] else 0)
+    assert comparison["agents"][0]["old"]["misuse"] == expected_old_misuse
+
+
+def test_compare_of_two_runs_under_different_policies_withholds_the_verdict(tmp_path, policies, capsys):
+    night(tmp_path / "shards", recorded_denies=0, large_undecided=90)
+    shards = str(tmp_path / "shards" / "*.parquet")
+    (allow, allow_sha), (deny, deny_sha) = policies["allow"], policies["deny"]
+    for name, policy in (("old", allow), ("new", deny)):
+        assert main(["score", "--input", shards, "--output", str(tmp_path / name), "--policy", str(policy),
+                     *RUNNER]) == Exit.OK
+    capsys.readouterr()
+    # compare reads two published runs and scores nothing: it withholds across a change of rules.
+    assert main(["compare", str(tmp_path / "new"), str(tmp_path / "old"), "--output",
+                 str(tmp_path / "cmp")]) == Exit.WITHHELD
+    assert_withheld_everywhere(tmp_path / "cmp", deny_sha, allow_sha, capsys.readouterr().out)
 
 
 def test_the_same_policy_on_both_nights_gets_its_verdict(tmp_path, policies, capsys):
@@ -120,14 +135,15 @@ def test_the_same_policy_on_both_nights_gets_its_verdict(tmp_path, policies, cap
     assert comparison["regressions"] == ["agent-a"] and comparison["baseline"]["policy_sha256"] == deny_sha
 
 
-def test_compare_of_runs_in_two_modes_withholds_the_verdict(tmp_path, capsys):
+def test_a_baseline_scored_in_another_mode_is_rescored_in_this_runs(tmp_path, capsys):
     night(tmp_path / "shards", recorded_denies=30, large_undecided=0)
     commit, strict = tmp_path / "commit", tmp_path / "strict"
     shards = str(tmp_path / "shards" / "*.parquet")
     assert main(["score", "--input", shards, "--output", str(commit), *RUNNER]) == Exit.OK
-    # Was refused (exit 2) before the run: now the run is scored and published, without a verdict.
+    # Was: exit 5 with no verdict; the same inputs re-scored in strict mode are the baseline now.
     assert main(["score", "--input", shards, "--output", str(strict), "--adjudication", "strict",
-                 "--baseline", str(commit), *RUNNER]) == Exit.WITHHELD
+                 "--baseline", str(commit), *RUNNER]) == Exit.OK
     comparison = load_json(strict / "comparison.json")
-    assert comparison["rules_changed"] == [{"rule": "adjudication", "new": "strict", "old": "commit"}]
-    assert (strict / "_SUCCESS").exists() and "adjudication differs" in capsys.readouterr().out
+    assert comparison["rules_changed"] == [] and comparison["baseline"]["adjudication"] == "strict"
+    assert comparison["baseline"]["rescored"]["scored_under"]["adjudication"] == "commit"
+    assert (strict / "_SUCCESS").exists() and "re-scored under this run's rules" in capsys.readouterr().out

@@ -60,10 +60,13 @@ def test_thresholds_file_changes_the_verdict(runs, tmp_path):
                  "--output", str(tmp_path / "cmp")]) == 0
 
 
-def test_runs_of_two_modes_get_no_verdict(runs, tmp_path, capsys):
+def test_a_baseline_of_another_mode_is_rescored_in_this_runs(runs, tmp_path, capsys):
     code = main(["score", "--input", str(runs["last"].parent / "last" / "*.parquet"), "--output",
                  str(tmp_path / "o"), "--adjudication", "strict", "--baseline", str(runs["last"]), *RUNNER])
-    assert code == 5
-    assert "adjudication differs: new 'strict', old 'commit'" in capsys.readouterr().out
-    assert load_json(tmp_path / "o" / "comparison.json")["rules_changed"] == [
-        {"rule": "adjudication", "new": "strict", "old": "commit"}]
+    # The same inputs, scored again in strict mode: the same rates, no regression (was: exit 5, no verdict).
+    assert code == 0
+    assert "re-scored under this run's rules" in capsys.readouterr().out
+    comparison = load_json(tmp_path / "o" / "comparison.json")
+    assert comparison["rules_changed"] == [] and comparison["baseline"]["rescored"]["scored_under"]["adjudication"] \
+        == "commit"
+    assert all(agent["new"] == agent["old"] for agent in comparison["agents"])

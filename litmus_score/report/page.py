@@ -168,7 +168,7 @@ def _baseline(comparison) -> dict | None:
     if not isinstance(named, dict):
         return None
     runs = named.get("runs") or []
-    return {**named, "runs": runs[:5], "runs_left": max(0, len(runs) - 5)}
+    return {**named, "runs": runs[:5], "runs_left": max(0, len(runs) - 5), "rescored": named.get("rescored")}
 
 
 def _comparison(comparison) -> dict | None:
@@ -181,6 +181,7 @@ def _comparison(comparison) -> dict | None:
         "baseline": _baseline(comparison),
         "rules_changed": [dict(change, label=RULE_LABELS.get(change.get("rule"), display(change.get("rule"))))
                           for change in comparison.get("rules_changed") or []],
+        "policy_diff": comparison.get("policy_diff"),
         "agents": [{**{field: a.get(field) for field in fields},
                     "css": a.get("verdict") if a.get("verdict") in rank else "other",
                     "reasons": (a.get("reasons") or [])[:10]} for a in agents],

@@ -66,6 +66,10 @@ def _night_entry(night: dict, previous: dict | None, segment: int) -> dict:
         "compared": bool(comparison),
         "baseline": baseline.get("night") or baseline.get("folder"),
         "compared_across_rules": bool(comparison.get("rules_changed")),
+        # Compared with its baseline's inputs scored again under this night's rules (pipeline.rescore).
+        "baseline_rescored": bool(baseline.get("rescored")),
+        # How the policy changed since the night's baseline, rule by rule (compare's policy_diff).
+        "policy_diff": comparison.get("policy_diff"),
         "regressions": list(comparison.get("regressions") or []),
     }
 

@@ -56,7 +56,9 @@ The document names its baseline (`baseline`: the folder and night the
 caller read it from, its run_ids, and the rules it was scored under) and
 lists the rules that differ from the new run's (`rules_changed`). The rules
 are the spec's three (scoring-v1, "Comparing runs"): the spec version (the
-metrics schema), the adjudication mode and the policy's sha256.
+metrics schema), the adjudication mode and the policy's sha256. Where the
+policies differ and both runs stored theirs, `policy_diff` says how, rule
+by rule (litmus_score.scoring.policy.policy_diff); it is null otherwise.
 
 `load_thresholds` reads a file of at most 64 KiB with the policy files' safe
 YAML loader (no duplicate keys, no aliases) and validates it with pydantic
@@ -163,9 +165,10 @@ def parse_thresholds(data: Any, source: str = "<thresholds>") -> Thresholds:
     return configfile.validate(Thresholds, data, source, ThresholdsError, "thresholds")
 
 
-def load_thresholds(path) -> Thresholds:
-    """Read, parse and validate a thresholds file; ThresholdsError on any fault but I/O."""
-    return configfile.load(path, Thresholds, ThresholdsError, "thresholds", MAX_THRESHOLDS_BYTES)
+def load_thresholds(path, read=configfile.read_regular) -> Thresholds:
+    """Read (with `read`, as configfile.load_text), parse and validate a thresholds file;
+    ThresholdsError on any fault but I/O."""
+    return configfile.load(path, Thresholds, ThresholdsError, "thresholds", MAX_THRESHOLDS_BYTES, read)
 
 
 class _Pooled:
@@ -361,13 +364,15 @@ def _agent_order(agent):
 
 def compare_metrics(
     new: Mapping, old: Mapping, thresholds: Thresholds | Mapping | None = None,
-    source: Mapping | None = None,
+    source: Mapping | None = None, policy_diff: Mapping | None = None,
 ) -> dict:
     """The comparison.json document for two metrics documents.
 
     `thresholds` is a Thresholds, a mapping to validate, or None for
     DEFAULT_THRESHOLDS; `source` where `old` was read from
-    (baseline_source()). When the runs were scored under different rules
+    (baseline_source()); `policy_diff` the rule-level change between the
+    runs' policies (litmus_score.scoring.policy.policy_diff), when the
+    caller has both. When the runs were scored under different rules
     (RULES), or either folded groups into (other), the verdict is withheld:
     no agent is judged, `rules_changed` names each rule that differs with
     both values, `groups_folded` each run that folded, and `exit_code` is
@@ -387,6 +392,7 @@ def compare_metrics(
         "baseline": {"folder": None, "night": None, **(source or {}), "runs": _runs(old) if readable else [],
                      **old_rules},
         "rules_changed": changed,
+        "policy_diff": dict(policy_diff) if policy_diff is not None else None,
         "groups_folded": folded,
         "withheld": bool(changed or folded),
         "thresholds": thresholds.model_dump(mode="json", by_alias=True),

@@ -75,7 +75,7 @@ def validate(model: type[BaseModel], data: Any, source: str, error: type[ValueEr
         raise error(f"{source}: {'; '.join(problems)}") from None
 
 
-def _read_regular(source: str, error: type[ValueError], max_bytes: int) -> bytes:
+def read_regular(source: str, error: type[ValueError], max_bytes: int) -> bytes:
     """At most `max_bytes` + 1 bytes of the regular file `source`. Opened
     without blocking and checked before any read: a FIFO, a device or a
     socket given as a configuration file is refused, not waited on."""
@@ -88,18 +88,32 @@ def _read_regular(source: str, error: type[ValueError], max_bytes: int) -> bytes
         return stream.read(max_bytes + 1)
 
 
-def load(path, model: type[BaseModel], error: type[ValueError], kind: str, max_bytes: int):
-    """Read a YAML file of at most `max_bytes` and validate it as `model`."""
+def load_text(path, error: type[ValueError], max_bytes: int, read=read_regular) -> str:
+    """The text of a configuration file of at most `max_bytes`, UTF-8 decoded.
+    `read(source, error, max_bytes)` gives at most `max_bytes` + 1 bytes:
+    read_regular for a local file; the pipeline passes one for any path
+    Beam can read (gs://, s3://), so this module stays free of Beam."""
     source = os.fspath(path)
-    raw = _read_regular(source, error, max_bytes)
+    raw = read(source, error, max_bytes)
     if len(raw) > max_bytes:
         raise error(f"{source}: larger than {max_bytes} bytes")
     try:
-        data = yaml.load(raw.decode("utf-8"), Loader=StrictSafeLoader)
+        return raw.decode("utf-8")
     except UnicodeDecodeError as undecodable:
         raise error(f"{source}: not UTF-8 ({undecodable.reason} at byte {undecodable.start})") from None
+
+
+def parse(text: str, source: str, model: type[BaseModel], error: type[ValueError], kind: str):
+    """The YAML `text` of the file `source`, validated as `model`."""
+    try:
+        data = yaml.load(text, Loader=StrictSafeLoader)
     except yaml.YAMLError as malformed:
         raise error(f"{source}: {_yaml_message(malformed)}") from None
     except RecursionError:
         raise error(f"{source}: nested too deeply") from None
     return validate(model, data, source, error, kind)
+
+
+def load(path, model: type[BaseModel], error: type[ValueError], kind: str, max_bytes: int, read=read_regular):
+    """Read a YAML file of at most `max_bytes` (with `read`, as load_text) and validate it as `model`."""
+    return parse(load_text(path, error, max_bytes, read), os.fspath(path), model, error, kind)

@@ -12,6 +12,10 @@ take the names from here, so the layout is stated once.
     OUTPUT/trajectories/       one row per scored trajectory, with its verdicts
     OUTPUT/unscored/           one row per unscored trajectory; files named
                                by the stage that set the rows aside
+    OUTPUT/policy.json         the validated policy the run was scored under
+                               (canonical JSON: its sha256 is the run's
+                               policy_sha256); absent without --policy
+    OUTPUT/policy.yaml         the policy file's text as the run read it
     OUTPUT/comparison.json     the regression verdict, with a baseline
     OUTPUT/report.html         the run for people
     OUTPUT/_SUCCESS            written last: the run is complete
@@ -25,6 +29,8 @@ METRICS_FILE = "metrics.json"
 MANIFEST_FILE = "manifest.json"
 EVIDENCE_FILE = "evidence.json"
 COMPARISON_FILE = "comparison.json"
+POLICY_FILE = "policy.json"
+POLICY_SOURCE_FILE = "policy.yaml"
 REPORT_FILE = "report.html"
 SUCCESS_MARKER = "_SUCCESS"
 SCORED_DIR = "scored"

@@ -74,7 +74,8 @@ The loaded PolicyDocument is the policy: callable as litmus_score.scoring.rules.
 picklable for Beam workers, with `.sha256` over its canonical form (the
 validated model as JSON, sorted keys, compact separators), so YAML comments,
 layout and key order do not change it and every change of content does,
-descriptions included.
+descriptions included. A run stores that canonical form as policy.json;
+`policy_diff` says how two such stored policies differ, rule by rule.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ import hashlib
 import json
 import operator
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal, get_args
 
 import re2
@@ -406,6 +408,7 @@ class PolicyDocument(_Model):
 
     _named: frozenset = PrivateAttr()
     _allowed: frozenset | None = PrivateAttr()
+    _canonical: str = PrivateAttr()
     _sha256: str = PrivateAttr()
 
     @field_validator("rules")
@@ -423,9 +426,16 @@ class PolicyDocument(_Model):
         named = {rule.tool for rule in self.rules if rule.tool is not None and not rule.is_glob}
         self._named = frozenset(self.tools) | named
         self._allowed = None if self.allowed_principals is None else frozenset(self.allowed_principals)
-        canonical = json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True, separators=(",", ":"))
-        self._sha256 = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+        self._canonical = json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True,
+                                     separators=(",", ":"))
+        self._sha256 = hashlib.sha256(self._canonical.encode("utf-8")).hexdigest()
         return self
+
+    @property
+    def canonical(self) -> str:
+        """The validated policy as compact JSON with sorted keys: what a run
+        stores as policy.json, and what `sha256` hashes."""
+        return self._canonical
 
     @property
     def sha256(self) -> str:
@@ -466,6 +476,44 @@ def parse_policy(data: Any, source: str = "<policy>") -> PolicyDocument:
     return configfile.validate(PolicyDocument, data, source, PolicyError, "a policy")
 
 
-def load_policy(path) -> PolicyDocument:
+def load_policy_source(path, read=configfile.read_regular) -> tuple:
+    """(the validated policy, the file's text): read with `read` (as
+    configfile.load_text: a local file by default), parsed, validated;
+    PolicyError on any fault but I/O."""
+    text = configfile.load_text(path, PolicyError, MAX_POLICY_BYTES, read)
+    return configfile.parse(text, str(path), PolicyDocument, PolicyError, "a policy"), text
+
+
+def load_policy(path, read=configfile.read_regular) -> PolicyDocument:
     """Read, parse and validate a policy file; PolicyError on any fault but I/O."""
-    return configfile.load(path, PolicyDocument, PolicyError, "a policy", MAX_POLICY_BYTES)
+    return load_policy_source(path, read)[0]
+
+
+# The settings of a policy besides its rules, as policy_diff compares them.
+SETTINGS = ("schema", "default", "allowed_principals", "tools")
+
+
+def rule_id(rule: Mapping) -> str:
+    """The id a rule is known by across policies: litmus-policy/1 requires
+    one, unique, on every rule, so it is the `id` the file gives."""
+    return rule["id"]
+
+
+def policy_diff(new: Mapping | None, old: Mapping | None) -> dict:
+    """What changed from the policy `old` to `new`, each a canonical policy
+    (json.loads of PolicyDocument.canonical) or None for a run scored
+    without one: the rules added and removed (whole), the rules changed
+    (by id: the fields that differ, both versions) and the settings changed
+    (SETTINGS)."""
+    new_rules = {rule_id(rule): rule for rule in (new or {}).get("rules") or []}
+    old_rules = {rule_id(rule): rule for rule in (old or {}).get("rules") or []}
+    return {
+        "rules_added": [rule for key, rule in new_rules.items() if key not in old_rules],
+        "rules_removed": [rule for key, rule in old_rules.items() if key not in new_rules],
+        "rules_changed": [{"id": key, "fields": sorted(name for name in rule.keys() | old_rules[key].keys()
+                                                      if rule.get(name) != old_rules[key].get(name)),
+                           "new": rule, "old": old_rules[key]}
+                          for key, rule in new_rules.items() if key in old_rules and old_rules[key] != rule],
+        "settings_changed": [{"setting": name, "new": (new or {}).get(name), "old": (old or {}).get(name)}
+                             for name in SETTINGS if (new or {}).get(name) != (old or {}).get(name)],
+    }

@@ -1,0 +1,106 @@
+"""A verdict across a change of rules: the baseline's inputs scored again under tonight's.
+
+When tonight is scored under other rules than its baseline (another policy,
+adjudication mode or spec version), the baseline's rates do not compare
+with tonight's. Its manifest names the files it read, each with the
+identity it had then (`input_identities`: size, modification time, the
+sha256 of its Parquet footer); when every one is still there and
+unchanged, they are scored again under tonight's policy and mode, and
+tonight is compared with that, labelled as such (comparison.json's
+`baseline.rescored`). When one moved or changed, the verdict is withheld
+as before, with one line naming the file (docs/nightly.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+
+from litmus_score import text
+from litmus_score.scoring import contract as c
+from litmus_score.scoring.compare import rules_changed, rules_of
+from litmus_score.scoring.layout import METRICS_FILE, TEMP_PREFIX
+from pipeline.graph import ScoreTrajectories
+from pipeline.options import RunConfig
+from pipeline.publish import Run
+from transforms.conform import UNREADABLE
+from transforms.elements import FileIdentity
+from transforms.files import to_json, write_whole
+from transforms.shardfiles import identify, what_changed
+
+
+class RescoreError(ValueError):
+    """The baseline's inputs cannot be read again as they were; the message is one line."""
+
+
+def tonights_rules(config: RunConfig) -> dict:
+    """The rules tonight is scored under, as rules_of() states a run's."""
+    return {"spec": c.METRICS_SCHEMA, "adjudication": config.mode, "policy_sha256": config.policy_sha256}
+
+
+def check_inputs(baseline: Run) -> list:
+    """The paths of the baseline's inputs, each checked to be the file it read; RescoreError naming the first
+    that is not."""
+    recorded = baseline.manifest.get("input_identities")
+    if not isinstance(recorded, list) or not recorded:
+        raise RescoreError(f"the baseline {baseline.folder} records no identities of its inputs "
+                           "(written by an earlier litmus-score)")
+    for entry in recorded:
+        path = entry["file"]
+        if entry["footer_sha256"] is None:
+            raise RescoreError(f"baseline input {path} could not be read when the baseline was scored")
+        try:
+            found = identify(path)
+        except UNREADABLE as error:
+            raise RescoreError(f"baseline input {path} cannot be read now (moved or deleted?): "
+                               f"{text.display(error, 200)}") from None
+        change = what_changed(FileIdentity(entry["size"], entry["mtime_ns"], entry["footer_sha256"]), found)
+        if change:
+            raise RescoreError(f"baseline input {path} changed since the baseline read it ({change})")
+    return [entry["file"] for entry in recorded]
+
+
+def rescored(baseline: Run, config: RunConfig) -> Run:
+    """The baseline with the metrics of its inputs scored under tonight's
+    policy and mode; RescoreError when they cannot be read as they were."""
+    from pipeline.job import Failed, execute
+
+    paths = check_inputs(baseline)
+    score = ScoreTrajectories(paths, config.mode, config.batch_rows, config.policy, config.bounds,
+                              config.max_slice_keys, config.max_groups)
+    folder = FileSystems.join(config.output, f"{TEMP_PREFIX}rescore-{uuid.uuid4().hex}")
+    pipeline = beam.Pipeline(options=config.beam)
+    metrics = (pipeline | "Re-score the baseline's inputs" >> score)["metrics"]
+    _ = metrics | "Keep the metrics" >> beam.Map(
+        lambda document: write_whole(folder, METRICS_FILE, to_json(document).encode("utf-8")))
+    try:
+        execute(pipeline)
+        with FileSystems.open(FileSystems.join(folder, METRICS_FILE)) as handle:
+            document = json.loads(handle.read())
+    except Failed as failed:
+        raise RescoreError(f"the baseline's inputs could not be scored again: {failed}") from None
+    finally:
+        if FileSystems.exists(folder):
+            FileSystems.delete([folder])
+    then, now = baseline.metrics["inputs"]["rows_read"], document["inputs"]["rows_read"]
+    if now != then:
+        raise RescoreError(f"the baseline's inputs gave {now:,} rows when scored again, {then:,} when first read")
+    label = {"rules": tonights_rules(config), "scored_under": rules_of(baseline.metrics)}
+    return dataclasses.replace(baseline, metrics=document, rescored=label)
+
+
+def like_with_like(config: RunConfig, baseline: Run | None) -> Run | None:
+    """The baseline tonight is compared with: as published when it was scored
+    under tonight's rules, else re-scored under them; as published (the
+    verdict withheld) with one line on stderr when it cannot be."""
+    if baseline is None or not rules_changed(tonights_rules(config), rules_of(baseline.metrics)):
+        return baseline
+    try:
+        return rescored(baseline, config)
+    except RescoreError as error:
+        text.error(f"no verdict across the change of rules: {error}")
+        return baseline
