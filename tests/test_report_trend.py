@@ -137,7 +137,8 @@ def test_the_page_shows_both_and_draws_no_line_across_the_change(nights, tmp_pat
         painted = browser.count_near(band, ALERT_COLOR, tolerance=6)
         assert (painted > 2000) is (title in ("all agents", AGENT)), (title, painted)
     dom = browser.dump_dom(page)
-    assert f"regression: {AGENT}" in dom and "policy (sha256) changed" in dom and "across a change of rules" in dom
+    assert f"regression: {AGENT}" in dom and "policy (sha256) changed" in dom
+    assert "re-scored under this night's rules" in dom and "across a change of rules" not in dom
 
 
 def test_only_complete_nights_are_read_through_their_manifests(nights, tmp_path, capsys):
