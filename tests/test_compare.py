@@ -295,7 +295,8 @@ def test_runs_scored_under_other_rules_get_no_verdict_either_way(field, rule, ol
 def test_a_run_that_folded_groups_into_other_gets_no_verdict(folded_run):
     # Past --max_groups, an agent's groups may sit in (other), pooled with other agents': its rate is not its own.
     plain = counts(a=(0, 100))
-    folded = metrics(group("run", "a", misuse=90, scored=100), group("(other)", "(other)", misuse=5, scored=100))
+    folded = metrics(group("run", "a", misuse=90, scored=100),
+                     {**group("(other)", "(other)", misuse=5, scored=100), "folded": True})
     new, old = (folded, plain) if folded_run == "new" else (plain, folded)
     result = compare_metrics(new, old)
     assert result["groups_folded"] == [folded_run] and result["rules_changed"] == []
@@ -304,6 +305,15 @@ def test_a_run_that_folded_groups_into_other_gets_no_verdict(folded_run):
     # A group named (other) in one field only is an ordinary group.
     named = metrics(group("(other)", "a", misuse=0, scored=100))
     assert compare_metrics(named, plain)["withheld"] is False
+
+
+def test_a_group_the_data_names_other_is_judged_not_taken_for_the_fold():
+    # run_id and agent both the text "(other)": data, not the pipeline's marker; its regression is reported.
+    new = metrics(group("(other)", "(other)", misuse=40, scored=100))
+    old = metrics(group("(other)", "(other)", misuse=0, scored=100))
+    result = compare_metrics(new, old)
+    assert result["groups_folded"] == [] and result["withheld"] is False
+    assert result["regressions"] == ["(other)"] and result["exit_code"] == Exit.REGRESSION
 
 
 def test_every_differing_rule_is_named_and_equal_rules_compare():
