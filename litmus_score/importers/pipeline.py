@@ -27,7 +27,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from litmus_score.importers import rows as r
-from litmus_score.scoring.layout import SHARD_KIND
+from litmus_score.scoring.layout import IMPORT_MANIFEST_FILE, SHARD_KIND
 from transforms import (
     NAMESPACE,
     coders,  # noqa: F401  (registers the Arrow element coders)
@@ -36,7 +36,6 @@ from transforms.files import to_json, write_text
 from transforms.write import FileSet, WriteBundleFn, commit_files
 
 FORMATS = ("inspect", "agentdojo", "otel")
-IMPORT_MANIFEST_FILE = "import-manifest.json"
 TRAJECTORIES_DIR = "trajectories"
 UNMAPPED_DIR = "unmapped"
 UNMAPPED_TAG, REPORTS_TAG = "unmapped", "reports"
