@@ -412,3 +412,16 @@ def test_loaded_thresholds_are_used(tmp_path):
     result = compare_metrics(counts(a=(55, 1000)), counts(a=(40, 1000)), loaded)
     assert result["agents"][0]["verdict"] == "ok"  # past the bound, not significant
     assert result["thresholds"]["misuse_rate"]["absolute_increase"] == 0.001
+
+
+def test_a_rise_equal_to_the_bound_does_not_exceed_it_however_floats_round():
+    # 0.40 - 0.10 is 0.30000000000000004 in floats: above a bound of 0.3 there, equal to it exactly.
+    assert 40 / 100 - 10 / 100 > 0.3
+    result = compare_metrics(counts(a=(40, 100)), counts(a=(10, 100)),
+                             thresholds(absolute=0.3, significance=False, minimum=1))
+    (entry,) = result["agents"]
+    assert entry["verdict"] == "ok" and result["regressions"] == []
+    # One more misuse trajectory exceeds it.
+    result = compare_metrics(counts(a=(41, 100)), counts(a=(10, 100)),
+                             thresholds(absolute=0.3, significance=False, minimum=1))
+    assert result["regressions"] == ["a"]
