@@ -64,7 +64,7 @@ def summary(metrics: dict, manifest: dict, output: str) -> str:
     if trajectories["duplicates_dropped"]:
         lines.append(f"{trajectories['duplicates_dropped']} duplicate(s) dropped: identical copies of a "
                      "(run_id, trajectory_id) counted once")
-    other = next((g for g in metrics["groups"] if g["run_id"] == g["agent"] == OTHER), None)
+    other = next((g for g in metrics["groups"] if g.get("folded") is True), None)
     if other is not None:
         lines.append(f"more (run_id, agent) groups than --max_groups: {len(metrics['groups']) - 1} kept, "
                      f"the rest ({other['trajectories']['input']} trajectories) summed under run_id and agent {OTHER}")

@@ -27,8 +27,9 @@ from litmus_score.importers.pipeline import FORMATS
 from litmus_score.scoring.layout import NIGHT_PREFIX
 from pipeline.flags import beam_options, check_flags
 from pipeline.imports import add_import_flags, import_then_score, imported_shards
+from pipeline.nights import night_folders, read_night
 from pipeline.options import UsageError, folder_name, validate
-from pipeline.publish import PublishError, Run, completed_subfolders, pin_run
+from pipeline.publish import PublishError, Run
 
 # Chosen by `nightly` itself.
 _CHOSEN = ("--output", "--baseline")
@@ -70,22 +71,17 @@ def night_date(value: str) -> str:
 
 
 def find_baseline(root: str, date: str) -> Run | None:
-    """The latest night before `date` under `root` that is a complete run,
-    read now (pinned), or None. Its rules need not be tonight's: when they
-    differ its inputs are scored again under tonight's (docs/nightly.md)."""
-    earlier = []
-    for name in completed_subfolders(root, NIGHT_PREFIX):
-        day = name[len(NIGHT_PREFIX):]
-        try:
-            if night_date(day) < date:
-                earlier.append(day)
-        except UsageError:  # not a night's folder
+    """The latest night before `date` under `root` (pipeline.nights: what
+    `trend` takes for a night too), read now (pinned), or None. Its rules
+    need not be tonight's: when they differ its inputs are scored again
+    under tonight's (docs/nightly.md)."""
+    for day, name in reversed(night_folders(root)):
+        if day >= date:
             continue
-    for day in sorted(earlier, reverse=True):
         try:
-            return pin_run(FileSystems.join(root, NIGHT_PREFIX + day))
+            return read_night(root, name)
         except PublishError as error:
-            print(f"litmus-score nightly: {NIGHT_PREFIX}{day} is no baseline: {text.shown(error)}")
+            print(f"litmus-score nightly: {name} is no baseline: {text.shown(error)}")
     return None
 
 

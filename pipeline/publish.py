@@ -29,7 +29,6 @@ from datetime import datetime, timezone
 
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.io.localfilesystem import LocalFileSystem
 
 from litmus_score.scoring.layout import (
     COMPARISON_FILE,
@@ -48,7 +47,7 @@ from litmus_score.scoring.layout import (
     UNSCORED_DIR,
 )
 from pipeline.processes import boot_id, process_start
-from transforms.files import to_json, write_text, write_whole
+from transforms.files import delete_exactly, is_local, literal_pattern, objects_under, to_json, write_text, write_whole
 from transforms.write import FILE_SETS
 
 # Every name a run writes at the top of its folder (IMPORTED_DIR: the logs
@@ -63,15 +62,11 @@ class PublishError(ValueError):
     """An output folder that cannot be written or read as asked; the message is one line."""
 
 
-def _is_local(path: str) -> bool:
-    return isinstance(FileSystems.get_filesystem(path), LocalFileSystem)
-
-
 def _listing(folder: str) -> dict:
     """Top-level name -> the paths to delete for it. Local folders are listed
     one level deep (Beam's local match walks every subfolder: `--output /`
     would list the whole disk); object stores list the prefix."""
-    if _is_local(folder):
+    if is_local(folder):
         if not os.path.exists(folder):
             return {}
         if not os.path.isdir(folder):
@@ -79,8 +74,8 @@ def _listing(folder: str) -> dict:
         return {name: [os.path.join(folder, name)] for name in os.listdir(folder)}
     names: dict[str, list[str]] = {}
     prefix = FileSystems.join(folder, "")
-    for found in FileSystems.match([FileSystems.join(folder, "**")])[0].metadata_list:
-        names.setdefault(found.path[len(prefix):].split("/", 1)[0], []).append(found.path)
+    for path in objects_under(folder):
+        names.setdefault(path[len(prefix):].split("/", 1)[0], []).append(path)
     return names
 
 
@@ -162,11 +157,11 @@ class Lock:
 
     def release(self) -> None:
         if FileSystems.exists(self.path):
-            FileSystems.delete([self.path])
+            delete_exactly([self.path])
 
 
 def _create_exclusively(path: str, data: bytes) -> bool:
-    if not _is_local(path):
+    if not is_local(path):
         if FileSystems.exists(path):
             return False
         with FileSystems.create(path) as handle:
@@ -231,8 +226,8 @@ def _owner_gone(holder) -> bool:
 
 def _break(path: str, holder) -> bool:
     """Removes the stale lock `holder`; False if another run took it over meanwhile."""
-    if not _is_local(path):
-        FileSystems.delete([path])
+    if not is_local(path):
+        delete_exactly([path])
         return True
     aside = os.path.join(os.path.dirname(path), f"{PARTIAL_PREFIX}{uuid.uuid4().hex}{LOCK_FILE}")
     try:
@@ -256,7 +251,7 @@ def claim(folder: str, replace: bool = False, night: dict | None = None, kind: F
     with the system's reason."""
     try:
         _refuse_foreign(folder, _listing(folder), kind)  # before anything is written: `--output /`, a user's folder
-        if _is_local(folder):
+        if is_local(folder):
             os.makedirs(folder, exist_ok=True)
         lock = Lock.acquire(folder, may_break_stale=replace or night is not None)
     except (OSError, BeamIOError) as error:
@@ -266,11 +261,21 @@ def claim(folder: str, replace: bool = False, night: dict | None = None, kind: F
         if earlier:
             _refuse_foreign(folder, earlier, kind)
             _check_replaceable(folder, replace, night, kind)
-            FileSystems.delete([path for paths in earlier.values() for path in paths])
+            delete_exactly(deletion_order(earlier, kind))
     except BaseException:
         lock.release()
         raise
     return lock
+
+
+def deletion_order(earlier: dict, kind: FolderKind) -> list:
+    """The paths of an earlier attempt (name -> paths), in the order they are
+    deleted: its finished marker first, then its manifest, then the files
+    they vouch for; a run killed at any point of the deletion leaves no
+    marker that outlives what it vouches for."""
+    first = (kind.finished_marker, MANIFEST_FILE)
+    names = [name for name in first if name in earlier] + sorted(name for name in earlier if name not in first)
+    return [path for name in names for path in earlier[name]]
 
 
 def _reason(error: Exception) -> str:
@@ -405,11 +410,11 @@ def publish(folder: str, manifest: dict, documents: dict) -> dict:
 
 def completed_subfolders(root: str, prefix: str) -> list:
     """Names of root's subfolders starting with `prefix` that hold _SUCCESS, sorted."""
-    if _is_local(root):
+    if is_local(root):
         if not os.path.isdir(root):
             return []
         return sorted(name for name in os.listdir(root)
                       if name.startswith(prefix) and os.path.exists(os.path.join(root, name, SUCCESS_MARKER)))
-    pattern = FileSystems.join(root, prefix + "*", SUCCESS_MARKER)
+    pattern = FileSystems.join(literal_pattern(root), literal_pattern(prefix) + "*", SUCCESS_MARKER)
     start = len(FileSystems.join(root, ""))
     return sorted({found.path[start:].split("/", 1)[0] for found in FileSystems.match([pattern])[0].metadata_list})

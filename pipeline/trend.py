@@ -15,7 +15,6 @@ The document itself is litmus_score.report.trend's; the page, trend_page's.
 from __future__ import annotations
 
 import argparse
-import datetime
 import hashlib
 import json
 
@@ -26,17 +25,9 @@ from litmus_score.exits import Exit
 from litmus_score.report.trend import DEFAULT_NIGHTS, TREND_FILE, TREND_PAGE, trend_document
 from litmus_score.report.trend_page import render_trend
 from litmus_score.scoring.layout import COMPARISON_FILE, NIGHT_PREFIX
-from pipeline.publish import PublishError, completed_subfolders, read_run
+from pipeline.nights import night_folders, read_night
+from pipeline.publish import PublishError
 from transforms.files import to_json, write_whole
-
-
-def _day(name: str) -> str | None:
-    """The date of a night's folder name (date=YYYY-MM-DD), or None for any other name."""
-    day = name[len(NIGHT_PREFIX):]
-    try:
-        return day if datetime.date.fromisoformat(day).isoformat() == day else None
-    except ValueError:
-        return None
 
 
 def _listed_json(folder: str, manifest: dict, name: str):
@@ -52,25 +43,26 @@ def _listed_json(folder: str, manifest: dict, name: str):
 
 
 def read_nights(root: str, limit: int = DEFAULT_NIGHTS) -> tuple:
-    """(nights, skipped): the latest `limit` complete nights under `root`, oldest first, each
-    {date, folder, metrics, manifest, comparison}; and [{folder, reason}] for folders that
-    hold _SUCCESS but could not be read as a night (they are left out, and said so)."""
+    """(nights, skipped): the latest `limit` complete nights under `root` (pipeline.nights),
+    oldest first, each {date, folder, metrics, manifest, comparison}; and [{folder, reason}]
+    for folders that hold _SUCCESS but could not be read as a night, or whose documents the
+    trend cannot read (another version's metrics.json): they are left out, and said so."""
     root = root.rstrip("/") or "/"
-    days = sorted((day, name) for name in completed_subfolders(root, NIGHT_PREFIX) if (day := _day(name)))
     nights, skipped = [], []
-    for day, name in days[-limit:]:
-        folder = FileSystems.join(root, name)
+    for day, name in night_folders(root)[-limit:]:
         try:
-            metrics, manifest = read_run(folder)
-            night = manifest.get("night") if isinstance(manifest.get("night"), dict) else {}
-            if night.get("date") != day:
-                raise PublishError(f"{folder!r} holds the night {night.get('date')!r}, not {day}")
-            comparison = _listed_json(folder, manifest, COMPARISON_FILE)
+            run = read_night(root, name)
+            night = {"date": day, "folder": name, "metrics": run.metrics, "manifest": run.manifest,
+                     "comparison": _listed_json(run.folder, run.manifest, COMPARISON_FILE)}
+            trend_document([night])  # the night alone: one it cannot read costs only itself
         except (PublishError, OSError, ValueError) as error:
             skipped.append({"folder": name, "reason": str(error)})
             continue
-        nights.append({"date": day, "folder": name, "metrics": metrics, "manifest": manifest,
-                       "comparison": comparison})
+        except (KeyError, TypeError, AttributeError) as error:
+            skipped.append({"folder": name, "reason": f"not a night this version reads: {type(error).__name__}: "
+                                                      f"{error}"})
+            continue
+        nights.append(night)
     return nights, skipped
 
 

@@ -1,6 +1,6 @@
 """An object store in memory, registered with Beam as `memtest://`: no
-folders, objects listed by prefix, a rename is a copy then a delete (as on
-GCS and S3). Importing this module registers it."""
+folders, objects listed by prefix, a rename is a copy then a delete, and a
+delete matches its paths as patterns (as on GCS and S3). Importing this module registers it."""
 
 import io
 import threading
@@ -84,11 +84,15 @@ class MemoryFileSystem(FileSystem):
         return FileMetadata(path, self.size(path), 0.0)
 
     def delete(self, paths):
-        with _guard:
-            for path in paths:
-                prefix = path.rstrip("/") + "/"
-                for name in [name for name in _objects if name == path or name.startswith(prefix)]:
-                    del _objects[name]
+        # As GCS's and S3's delete do: each path is matched as a glob pattern, a folder's prefix deleted whole.
+        for path in paths:
+            prefix = path.rstrip("/") + "/"
+            with _guard:
+                under = [name for name in _objects if name.startswith(prefix)]
+            matched = [found.path for found in self.match([path])[0].metadata_list]
+            with _guard:
+                for name in matched + under:
+                    _objects.pop(name, None)
 
 
 def objects(prefix: str) -> dict:

@@ -295,7 +295,8 @@ def test_runs_scored_under_other_rules_get_no_verdict_either_way(field, rule, ol
 def test_a_run_that_folded_groups_into_other_gets_no_verdict(folded_run):
     # Past --max_groups, an agent's groups may sit in (other), pooled with other agents': its rate is not its own.
     plain = counts(a=(0, 100))
-    folded = metrics(group("run", "a", misuse=90, scored=100), group("(other)", "(other)", misuse=5, scored=100))
+    folded = metrics(group("run", "a", misuse=90, scored=100),
+                     {**group("(other)", "(other)", misuse=5, scored=100), "folded": True})
     new, old = (folded, plain) if folded_run == "new" else (plain, folded)
     result = compare_metrics(new, old)
     assert result["groups_folded"] == [folded_run] and result["rules_changed"] == []
@@ -304,6 +305,15 @@ def test_a_run_that_folded_groups_into_other_gets_no_verdict(folded_run):
     # A group named (other) in one field only is an ordinary group.
     named = metrics(group("(other)", "a", misuse=0, scored=100))
     assert compare_metrics(named, plain)["withheld"] is False
+
+
+def test_a_group_the_data_names_other_is_judged_not_taken_for_the_fold():
+    # run_id and agent both the text "(other)": data, not the pipeline's marker; its regression is reported.
+    new = metrics(group("(other)", "(other)", misuse=40, scored=100))
+    old = metrics(group("(other)", "(other)", misuse=0, scored=100))
+    result = compare_metrics(new, old)
+    assert result["groups_folded"] == [] and result["withheld"] is False
+    assert result["regressions"] == ["(other)"] and result["exit_code"] == Exit.REGRESSION
 
 
 def test_every_differing_rule_is_named_and_equal_rules_compare():
@@ -402,3 +412,16 @@ def test_loaded_thresholds_are_used(tmp_path):
     result = compare_metrics(counts(a=(55, 1000)), counts(a=(40, 1000)), loaded)
     assert result["agents"][0]["verdict"] == "ok"  # past the bound, not significant
     assert result["thresholds"]["misuse_rate"]["absolute_increase"] == 0.001
+
+
+def test_a_rise_equal_to_the_bound_does_not_exceed_it_however_floats_round():
+    # 0.40 - 0.10 is 0.30000000000000004 in floats: above a bound of 0.3 there, equal to it exactly.
+    assert 40 / 100 - 10 / 100 > 0.3
+    result = compare_metrics(counts(a=(40, 100)), counts(a=(10, 100)),
+                             thresholds(absolute=0.3, significance=False, minimum=1))
+    (entry,) = result["agents"]
+    assert entry["verdict"] == "ok" and result["regressions"] == []
+    # One more misuse trajectory exceeds it.
+    result = compare_metrics(counts(a=(41, 100)), counts(a=(10, 100)),
+                             thresholds(absolute=0.3, significance=False, minimum=1))
+    assert result["regressions"] == ["a"]

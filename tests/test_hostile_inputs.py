@@ -13,7 +13,7 @@ import pytest
 from pipeline.cli import main
 from tests import builders as b
 from tests.conftest import RUNNER, load_json
-from transforms import duplicates
+from transforms import duplicates, jsontext
 from transforms import schema as s
 
 # Whole commands, end to end: make test runs them, make check does not.
@@ -427,3 +427,32 @@ def test_many_agents_are_bounded_like_slices(tmp_path, score_cli, capsys):
     assert "more (run_id, agent) groups than --max_groups: 40 kept, the rest (560 trajectories)" in (
         capsys.readouterr().out)
     assert os.path.getsize(out / "metrics.json") < os.path.getsize(unbounded / "metrics.json") / 10
+
+
+# Resolved arguments that JSON can spell but UTF-8 cannot hold: a lone surrogate as a key, and as the value.
+LONE_SURROGATE_KEY = '{"\\ud800": "x", "path": "/tmp/report.txt"}'
+LONE_SURROGATE_VALUE = '{"path": "\\ud800", "mode": "0644"}'
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "twin"])
+def test_a_lone_surrogate_in_the_resolved_arguments_costs_no_other_row(tmp_path, score_cli, compiled):
+    if compiled and not jsontext.available():
+        pytest.skip("the compiled part is not built")
+    # Every pair of verdicts, so over- and under-penalized trajectories decide on the hostile commit.
+    hostile = [b.trajectory(f"h-{n}-{proposal}-{verdict}", [b.call(
+        "c0", 0, proposal=b.context(proposal), commit_=b.commit(verdict, args=args))])
+        for n, args in enumerate((LONE_SURROGATE_KEY, LONE_SURROGATE_VALUE))
+        for proposal in ("deny", "allow") for verdict in ("deny", "allow")]
+    path = b.write_shard(tmp_path / "night.parquet", hostile + [good(f"g{n}") for n in range(5)])
+    with jsontext.implementation(compiled):
+        code, out = score_cli([path])
+    assert code == 0  # was 1: "surrogates not allowed" in a Beam coder, nothing published
+    metrics = load_json(out / "metrics.json")
+    assert metrics["totals"]["trajectories"]["input"] == len(hostile) + 5
+    cases = [case for group in load_json(out / "evidence.json")["groups"]
+             for kind in ("over_penalized", "under_penalized") for case in group[kind]["cases"]]
+    assert len(cases) == metrics["totals"]["over_penalized"] + metrics["totals"]["under_penalized"] > 0
+    # The surrogate is shown as the data spelled it, escaped.
+    patches = [op for case in cases if case["call"]["patch"] for op in case["call"]["patch"]]
+    assert {"op": "add", "path": "/\\ud800", "value": '"x"'} in patches
+    assert {"op": "replace", "path": "/path", "value": '"\\ud800"'} in patches

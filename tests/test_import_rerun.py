@@ -72,6 +72,25 @@ def test_an_import_killed_mid_way_is_refused_then_replaced(trace_file, tmp_path,
     assert "holds an earlier complete import; pass --replace" in one_line_error(capsys)
 
 
+def test_the_shards_of_an_import_killed_mid_way_are_no_input(trace_file, tmp_path, capsys):
+    out = tmp_path / "shards"
+    crash(["import", "otel", str(trace_file), "--output", str(out), *RUNNER], tmp_path / "steps")
+    assert list((out / "trajectories").glob("*.parquet")) and not (out / "import-manifest.json").exists()
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    scored = tmp_path / "scored"
+    argv = ["score", "--input", str(out / "trajectories" / "*.parquet"), "--output", str(scored),
+            "--policy", str(policy), *RUNNER]
+    assert main(argv) == 4  # was 0: the unfinished import's rows were scored as if complete
+    manifest = load_json(scored / "manifest.json")
+    reasons = [report["error"] for report in manifest["inputs"] if report["error"]]
+    assert manifest["unreadable_files"] and len(reasons) == len(manifest["inputs"])
+    assert all("an import that did not finish" in reason for reason in reasons)
+    # Finished, the same import's shards are input.
+    assert run_import("otel", [trace_file], out, "--replace") == 0
+    assert main([*argv, "--replace"]) == 0
+
+
 @pytest.mark.parametrize("at", [1, 2], ids=["killed while importing", "killed while scoring"])
 def test_import_and_score_killed_mid_way_is_refused_then_replaced(trace_file, tmp_path, capsys, at):
     policy = tmp_path / "policy.yaml"

@@ -151,13 +151,30 @@ def test_groups_beyond_the_bound_fold_the_same_way_in_any_order(split):
     # Each part folds on its own (past twice the bound), then they merge in reverse.
     parts = [fn.add_input(fn.create_accumulator(), agent_batch(agents[i::split])) for i in range(split)]
     assert fn.extract_output(fn.merge_accumulators(parts[::-1])) == whole
-    keys = [(g["run_id"], g["agent"]) for g in whole["groups"]]
-    assert len(keys) == 8 and m.OTHER_GROUP in keys  # seven groups and the rest
-    other = whole["groups"][keys.index(m.OTHER_GROUP)]
+    folded = [g for g in whole["groups"] if g.get("folded")]
+    assert len(whole["groups"]) == 8 and len(folded) == 1  # seven groups and the rest
+    other = folded[0]
+    assert (other["run_id"], other["agent"]) == (m.OTHER, m.OTHER)
     assert other["trajectories"]["input"] == 53
     # Folding moves trajectories between groups, never changes the totals.
     assert whole["totals"] == unbounded.extract_output(unbounded.add_input({}, agent_batch(agents)))["totals"]
     assert sum(g["trajectories"]["input"] for g in whole["groups"]) == 60
+
+
+def test_a_group_the_data_names_other_stays_its_own_beside_the_fold():
+    # Seven groups past a bound of two: the fold is one group, the data's ("(other)", "(other)") another.
+    fn = RunMetricsCombineFn(c.COMMIT, max_groups=2)
+    entries = [(m.OTHER, m.OTHER, scored(1, 1))] + [("r", f"agent-{n}", scored(0, 0)) for n in range(6)]
+    doc = fn.extract_output(fn.add_input({}, batch(*entries)))
+    named_other = [g for g in doc["groups"] if (g["run_id"], g["agent"]) == (m.OTHER, m.OTHER)]
+    folded = [g for g in doc["groups"] if g.get("folded")]
+    assert len(folded) == 1 and len(doc["groups"]) == 3
+    data_group = next((g for g in doc["groups"] if g in named_other and not g.get("folded")), None)
+    kept = {g["agent"] for g in doc["groups"] if not g.get("folded")}
+    # The data's group is kept or folded like any other, never merged with the fold by its name.
+    assert sum(g["trajectories"]["input"] for g in doc["groups"]) == 7
+    assert (data_group is not None) == (m.OTHER in kept)
+    assert folded[0]["trajectories"]["input"] == 7 - 2
 
 
 def test_a_null_run_id_is_another_group_than_the_text_none():

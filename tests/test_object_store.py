@@ -104,8 +104,8 @@ def test_foreign_objects_and_held_locks_are_refused(runs, capsys):
 
 def test_local_folders_and_object_stores_are_told_apart(tmp_path):
     # Local folders get O_EXCL locks and a one-level listing; object stores a prefix listing.
-    assert publish._is_local(str(tmp_path)) and publish._is_local("relative/out")
-    assert not publish._is_local(ROOT)
+    assert publish.is_local(str(tmp_path)) and publish.is_local("relative/out")
+    assert not publish.is_local(ROOT)
 
 
 def put(path: str, data: bytes) -> None:

@@ -117,7 +117,7 @@ class KeyIndex:
 
 def _key_index(path: str, parquet: pq.ParquetFile):
     """An open shard's KeyIndex, reading the two key columns only (None: nothing to index)."""
-    if not_a_shard(parquet) is not None:
+    if not_a_shard(parquet, path) is not None:
         return None
     TALLY.declare(path, parquet.metadata.num_rows)  # the progress line's total (transforms.progress)
     rows, hashes, start = [], [], 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import re
 from collections.abc import Iterable
 
 import apache_beam as beam
@@ -33,6 +34,10 @@ MAX_CASES = 25
 # Bounds on what one case may say: texts from trajectories are data.
 MAX_TEXT = 1000
 MAX_PATCH_OPS = 20
+# A lone surrogate: JSON may escape one ("\ud800"), UTF-8 cannot hold it, so
+# neither Beam's coders nor evidence.json can. Python's json joins a valid
+# pair into one character, so any surrogate left in a parsed text is lone.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # A described call's resolved arguments, whole, until its patch is made.
 RESOLVED = "resolved_arguments"
 
@@ -41,6 +46,11 @@ def _cut(value):
     if isinstance(value, str) and len(value) > MAX_TEXT:
         return value[: MAX_TEXT - 1] + "…"
     return value
+
+
+def _escaped(text: str) -> str:
+    """`text` with each lone surrogate written as its JSON escape, \\udXXX, as the data spelled it."""
+    return _LONE_SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
 
 
 def case_key(case: dict) -> tuple:
@@ -54,7 +64,7 @@ def arguments_patch(proposal: str, commit) -> list | None:
     if before is None or after is None:
         return None
     operations = jsonpatch.make_patch(before, after).patch[:MAX_PATCH_OPS]
-    return [{key: _cut(value if key in ("op", "path", "from") else json.dumps(value, ensure_ascii=False))
+    return [{key: _cut(_escaped(value if key in ("op", "path", "from") else json.dumps(value, ensure_ascii=False)))
              for key, value in op.items()} for op in operations]
 
 

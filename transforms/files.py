@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
+import shutil
 import uuid
 
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.localfilesystem import LocalFileSystem
 
 from litmus_score.scoring.layout import PARTIAL_PREFIX
 
@@ -21,6 +25,45 @@ from litmus_score.scoring.layout import PARTIAL_PREFIX
 def to_json(document) -> str:
     """The text of a JSON document as litmus-score writes it: sorted keys, indented, UTF-8, a final newline."""
     return json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+def is_local(path: str) -> bool:
+    return isinstance(FileSystems.get_filesystem(path), LocalFileSystem)
+
+
+def literal_pattern(path: str) -> str:
+    """A Beam match pattern that matches `path` alone: Beam reads *, ? and [
+    as globs and has no escape, but a one-character class holds each."""
+    return re.sub(r"([*?\[])", r"[\1]", path)
+
+
+def delete_exactly(paths) -> None:
+    """Deletes each of `paths` (a local folder whole) and nothing else: a
+    path is never a pattern (Beam's delete matches its paths as globs, so
+    `out/o[ab]` would delete `out/oa` and `out/ob`). In order, one at a time."""
+    for path in paths:
+        if not is_local(path):
+            FileSystems.delete([literal_pattern(path)])
+        elif os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+
+
+def rename_exactly(sources: list, destinations: list) -> None:
+    """Beam's rename, with each source taken literally: on an object store a
+    rename is a copy then a delete, and Beam's delete matches patterns."""
+    if all(is_local(path) for path in sources):
+        FileSystems.rename(sources, destinations)
+        return
+    FileSystems.copy(sources, destinations)
+    delete_exactly(sources)
+
+
+def objects_under(folder: str) -> list:
+    """Every object under an object store's `folder` (its name taken literally)."""
+    pattern = FileSystems.join(literal_pattern(folder), "**")
+    return [found.path for found in FileSystems.match([pattern])[0].metadata_list]
 
 
 def write_text(path: str, text: str) -> None:
@@ -67,5 +110,5 @@ def write_whole(folder: str, name: str, data: bytes) -> dict:
     with FileSystems.create(partial) as handle:
         digesting = DigestingFile(handle)
         digesting.write(data)
-    FileSystems.rename([partial], [FileSystems.join(folder, name)])
+    rename_exactly([partial], [FileSystems.join(folder, name)])
     return digesting.entry(name, None)

@@ -96,7 +96,7 @@ class ReadShardFn(beam.DoFn):
         parquet = pq.ParquetFile(handle)
         metadata = parquet.metadata
         report["rows_declared"], report["row_groups"] = metadata.num_rows, metadata.num_row_groups
-        report["error"] = not_a_shard(parquet)
+        report["error"] = not_a_shard(parquet, path)
         if report["error"]:
             return
         errors, group_start = [], 0

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
-from litmus_score.scoring.layout import OUTPUT_KIND_KEY, SHARD_KIND
+from litmus_score.scoring.layout import IMPORT_MANIFEST_FILE, OUTPUT_KIND_KEY, SHARD_KIND
 from litmus_score.scoring.trajectory import REQUIRED_COLUMNS
 from transforms.conform import UNREADABLE
 from transforms.elements import FileIdentity, Shard
@@ -145,13 +145,17 @@ def changed_while_open(shard: Shard, handle):
     return what_changed(shard.identity, FileIdentity(size, mtime_ns, shard.identity.footer_sha256))
 
 
-def not_a_shard(parquet: pq.ParquetFile):
-    """Why a Parquet file is no trajectory shard (None: it is one): an output
-    of litmus-score says what it is in its key-value metadata, and a shard
-    holds every required column of the contract."""
+def not_a_shard(parquet: pq.ParquetFile, path: str):
+    """Why the Parquet file at `path` is no trajectory shard (None: it is
+    one): an output of litmus-score says what it is in its key-value
+    metadata, a shard an import wrote counts once its import finished, and a
+    shard holds every required column of the contract."""
     kind = (parquet.metadata.metadata or {}).get(OUTPUT_KIND_KEY.encode())
     if kind is not None and kind != SHARD_KIND.encode():
         return (f"an output of litmus-score ({kind.decode('utf-8', 'replace')}), not a trajectory shard; "
+                "refused as input")
+    if kind is not None and not _import_finished(path):
+        return (f"a shard of an import that did not finish (no {IMPORT_MANIFEST_FILE} beside its folder); "
                 "refused as input")
     names = parquet.schema_arrow.names
     missing = [name for name in REQUIRED_COLUMNS if name not in names]
@@ -159,6 +163,12 @@ def not_a_shard(parquet: pq.ParquetFile):
         return (f"not a trajectory shard: no column {', '.join(missing)} (found: "
                 + ", ".join(names[:20]) + (", ..." if len(names) > 20 else "") + ")")
     return None
+
+
+def _import_finished(shard_path: str) -> bool:
+    """Whether the import that wrote a shard (IMPORT/trajectories/part-...) wrote its manifest, its last step."""
+    import_folder = FileSystems.split(FileSystems.split(shard_path)[0])[0]
+    return FileSystems.exists(FileSystems.join(import_folder, IMPORT_MANIFEST_FILE))
 
 
 def _hidden(relative: str) -> bool:

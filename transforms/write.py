@@ -48,7 +48,7 @@ from litmus_score.scoring.layout import (
     UNSCORED_DIR,
 )
 from transforms import schema as s
-from transforms.files import DigestingFile, to_json, write_whole
+from transforms.files import DigestingFile, delete_exactly, objects_under, rename_exactly, to_json, write_whole
 
 CODEC = "snappy"
 
@@ -178,7 +178,7 @@ def commit_files(written, file_sets, output: str, temp_dir: str) -> list:
                 sources.append(entry["path"])
                 destinations.append(FileSystems.join(output, committed[-1]["path"]))
     if sources:
-        FileSystems.rename(sources, destinations)
+        rename_exactly(sources, destinations)
     _delete_folder(temp_dir)
     return committed
 
@@ -186,11 +186,9 @@ def commit_files(written, file_sets, output: str, temp_dir: str) -> list:
 def _delete_folder(folder: str) -> None:
     """Deletes a local folder, or every object under an object store's prefix (which is no object itself)."""
     if FileSystems.exists(folder):
-        FileSystems.delete([folder])
+        delete_exactly([folder])
         return
-    left = [found.path for found in FileSystems.match([FileSystems.join(folder, "**")])[0].metadata_list]
-    if left:
-        FileSystems.delete(left)
+    delete_exactly(objects_under(folder))
 
 
 # What the finishing step collects: shard reports, written files, the metrics and evidence documents.

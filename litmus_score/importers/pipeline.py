@@ -21,6 +21,7 @@ import stat
 import tempfile
 import uuid
 from collections import Counter
+from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
@@ -29,7 +30,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from litmus_score.importers import rows as r
-from litmus_score.scoring.layout import SHARD_KIND
+from litmus_score.scoring.layout import IMPORT_MANIFEST_FILE, SHARD_KIND
 from transforms import (
     NAMESPACE,
     coders,  # noqa: F401  (registers the Arrow element coders)
@@ -38,7 +39,6 @@ from transforms.files import to_json, write_text
 from transforms.write import FileSet, WriteBundleFn, commit_files
 
 FORMATS = ("inspect", "agentdojo", "otel", "scout")
-IMPORT_MANIFEST_FILE = "import-manifest.json"
 TRAJECTORIES_DIR = "trajectories"
 UNMAPPED_DIR = "unmapped"
 UNMAPPED_TAG, REPORTS_TAG = "unmapped", "reports"
@@ -271,7 +271,7 @@ class ImportLogs(beam.PTransform):
         module = importer(log_format)
         if not principal:
             raise ValueError("the default principal must be a non-empty string")
-        self._options = {}
+        self._options: dict[str, Any] = {}
         # The bound on one sample's decompressed record (Inspect logs); None where the format has none.
         self.max_sample_mib = None
         if "max_sample_mib" in getattr(module, "OPTIONS", ()):

@@ -348,9 +348,9 @@ def baseline_source(folder: str, manifest: Mapping) -> dict:
 
 
 def _folded(document: Mapping) -> bool:
-    """Whether a metrics document summed groups beyond --max_groups into the (other) group."""
-    return any(isinstance(group, Mapping) and group.get("run_id") == OTHER and group.get("agent") == OTHER
-               for group in document.get("groups") or [])
+    """Whether a metrics document summed groups beyond --max_groups into one group: the group the
+    pipeline marks `folded`, never one that the data names (other)."""
+    return any(isinstance(group, Mapping) and group.get("folded") is True for group in document.get("groups") or [])
 
 
 def _runs(document: Mapping) -> list:

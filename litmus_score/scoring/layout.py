@@ -61,6 +61,9 @@ NIGHT_PREFIX = "date="
 # import's trajectory shards. Only a shard is read as input.
 OUTPUT_KIND_KEY = "litmus_score.output"
 SHARD_KIND = "trajectory_shard"
+# An import is finished once this is written beside its trajectories/ folder:
+# until then its shards are no input.
+IMPORT_MANIFEST_FILE = "import-manifest.json"
 
 MANIFEST_SCHEMA = "litmus-manifest/1"
 COMPARISON_SCHEMA = "litmus-comparison/1"

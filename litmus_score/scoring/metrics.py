@@ -13,12 +13,15 @@ time (`add_trajectory`, the reference) or from Arrow batches
     validity         tool -> the counts of litmus_score.scoring.validity (audited calls)
     harness          harness verdict -> agreement counts (transforms.harness), where inputs carry one
 
-A run's statistics map each (run_id, agent) to its group's, and INPUTS to
-the input accounting (files, unreadable_files, rows_declared, rows_read).
+A run's statistics map each (run_id, agent) to its group's, INPUTS to the
+input accounting (files, unreadable_files, rows_declared, rows_read), and
+FOLDED to the groups summed beyond the bound.
 A slice holds at most `max_slice_keys` names: the rest are summed under
 OTHER. A run holds at most `max_groups` (run_id, agent) groups: the rest
-are summed into the one group OTHER_GROUP, whose run_id and agent are both
-OTHER. Which names and groups stay is a bottom-k sample by a fixed hash of
+are summed under FOLDED: a string key, never a (run_id, agent) tuple, so no
+data can land there. In metrics.json it is the one group marked
+`"folded": true` (run_id and agent OTHER, for people; a group of the data
+may carry those names too and stays its own). Which names and groups stay is a bottom-k sample by a fixed hash of
 the name, so folding can happen in any order, on any worker, as often as
 memory asks, and the result is the same; the totals never change.
 """
@@ -68,8 +71,8 @@ DEFAULT_MAX_SLICE_KEYS = 1000
 SLICES = ("tools", "task_categories", "tasks", "validity", "harness")
 # About 5 KB of metrics.json and 70 KB of memory per group (docs/design.md).
 DEFAULT_MAX_GROUPS = 1000
-# Where the groups beyond max_groups are summed.
-OTHER_GROUP: GroupKey = (OTHER, OTHER)
+# Where the groups beyond max_groups are summed (group keys are tuples: data never lands here).
+FOLDED = "folded"
 
 
 def new_group() -> dict:
@@ -123,13 +126,13 @@ def fold_slices(stats: dict, max_keys: int, slack: int = 1) -> dict:
 
 def fold_groups(run: dict, max_groups: int, max_slice_keys: int, slack: int = 1) -> dict:
     """Sums the groups beyond the `max_groups` of smallest rank into
-    OTHER_GROUP, once the run holds more than `slack` times `max_groups`."""
-    keys = [key for key in run if key not in (INPUTS, OTHER_GROUP)]
+    FOLDED, once the run holds more than `slack` times `max_groups`."""
+    keys = [key for key in run if key not in (INPUTS, FOLDED)]
     if len(keys) <= max_groups * slack:
         return run
     # json tells a null run_id or agent from the text "None".
     ranked = sorted(keys, key=lambda key: _sample_rank(json.dumps(key)))
-    other = run.setdefault(OTHER_GROUP, new_group())
+    other = run.setdefault(FOLDED, new_group())
     for key in ranked[max_groups:]:
         fold_slices(merge(other, run.pop(key)), max_slice_keys, slack=2)
     return run
@@ -137,7 +140,7 @@ def fold_groups(run: dict, max_groups: int, max_slice_keys: int, slack: int = 1)
 
 def add_statistics(run: dict, statistics: Mapping, max_slice_keys: int = DEFAULT_MAX_SLICE_KEYS,
                    max_groups: int = DEFAULT_MAX_GROUPS) -> dict:
-    """Adds a run's statistics (group keys and INPUTS) into `run`, keeping
+    """Adds a run's statistics (group keys, INPUTS and FOLDED) into `run`, keeping
     each slice below twice `max_slice_keys` names and the run below twice
     `max_groups` groups."""
     for key, stats in statistics.items():
@@ -310,13 +313,19 @@ def metrics_document(run: dict, mode: str, policy_sha256: str | None = None,
     """The whole metrics.json document for a run's statistics."""
     totals = new_group()
     documents = []
-    groups = [key for key in fold_groups(run, max_groups, max_slice_keys) if key != INPUTS]
-    for key in sorted(groups, key=_sort_key):
+    run = fold_groups(run, max_groups, max_slice_keys)
+    groups = [key for key in run if key not in (INPUTS, FOLDED)]
+    # The folded group sorts where its names would, before a group of the data with the same names.
+    keyed = [(_sort_key(key), False, key) for key in groups]
+    if FOLDED in run:
+        keyed.append((_sort_key((OTHER, OTHER)), True, FOLDED))
+    for _, folded, key in sorted(keyed, key=lambda item: (item[0], not item[1])):
         stats = fold_slices(run[key], max_slice_keys)
         # The totals have no per-task slice: skip merging thousands of tasks.
         merge(totals, {field: value for field, value in stats.items() if field != "tasks"})
-        run_id, agent = key
-        documents.append({"run_id": run_id, "agent": agent, **group_document(stats, mode)})
+        run_id, agent = (OTHER, OTHER) if folded else key
+        names = {"run_id": run_id, "agent": agent, **({"folded": True} if folded else {})}
+        documents.append({**names, **group_document(stats, mode)})
     inputs = run.get(INPUTS, {})
     return {
         "schema": c.METRICS_SCHEMA,
