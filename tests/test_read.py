@@ -94,8 +94,16 @@ def test_outputs_say_what_they_are_and_only_an_imports_shards_are_read(tmp_path)
     # A shard with every contract column, its metadata copied from an output.
     sneaky = rows.replace_schema_metadata(pq.read_schema(tmp_path / "unscored.parquet").metadata)
     pq.write_table(sneaky, tmp_path / "sneaky.parquet")
-    reports = read_reports([str(tmp_path / "*.parquet")])
-    assert reports["imported.parquet"] == (3, 3, None)
+    # An import's shard counts once its import wrote its manifest (its last step) beside its folder.
+    finished = tmp_path / "import" / "trajectories"
+    finished.mkdir(parents=True)
+    write_with(FileSet("trajectories", "part", s.TRAJECTORY, kind=layout.SHARD_KIND), finished / "part.parquet",
+               b.table([b.trajectory(f"u{i}", b.calls_of(("allow", b.commit()))) for i in range(3)]))
+    (tmp_path / "import" / layout.IMPORT_MANIFEST_FILE).write_text("{}")
+    reports = read_reports([str(tmp_path / "*.parquet"), str(finished / "*.parquet")])
+    assert reports["part.parquet"] == (3, 3, None)
+    rows_read, _, error = reports["imported.parquet"]
+    assert rows_read == 0 and error.startswith("a shard of an import that did not finish")
     for name, kind in [("unmapped", "unmapped"), ("scored", "scored"), ("unscored", "unscored"),
                        ("sneaky", "unscored")]:
         rows_read, _, error = reports[f"{name}.parquet"]
