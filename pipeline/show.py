@@ -85,8 +85,11 @@ def why(call: dict, mode: str) -> str:
     return f"{'; '.join(parts)}: {_t(category, 24)}, {verdict}"
 
 
-def _verdict(value, source) -> str:
-    return f"{_t(value, 8)} ({_t(source, 8)})" if value is not None else "-"
+def _verdict(call, context: str) -> str:
+    """The context's verdict and the rule (or check) of the policy that gave it; "recorded" for the
+    harness's. A run written before decided_by existed shows the source alone."""
+    value, decided_by = call[f"{context}_verdict"], call.get(f"{context}_decided_by")
+    return f"{_t(value, 8)} ({_t(decided_by or call[f'{context}_verdict_source'], 40)})" if value is not None else "-"
 
 
 def _scored_lines(calls, trajectory, mode, evidence) -> list:
@@ -102,8 +105,8 @@ def _scored_lines(calls, trajectory, mode, evidence) -> list:
                   f"{'environment':<31} category"]
     for call in sorted(calls, key=lambda row: row["step"]):
         lines.append(f"{call['step']:>5}  {_t(call['call_id'], 12):<12} {_t(call['tool'], 18):<18} "
-                     f"{_verdict(call['proposal_verdict'], call['proposal_verdict_source']):<20} "
-                     f"{_verdict(call['commit_verdict'], call['commit_verdict_source']):<20} "
+                     f"{_verdict(call, 'proposal'):<20} "
+                     f"{_verdict(call, 'commit'):<20} "
                      f"{_environment(call.get('outcome'), call.get('status_code'), call.get('state_mutated')):<31} "
                      f"{_t(call['category'], 24)}")
         lines.append(f"{'':>7}why: {why(call, mode)}")

@@ -66,7 +66,8 @@ def reference(rows, mode, policy=None, bounds=DEFAULT_BOUNDS):
         if score.scored:
             trajectories[row["trajectory_id"]] = trajectory_verdicts(row, score)
             calls |= {(row["trajectory_id"], call["call_id"], s.category, s.proposal_verdict, s.commit_verdict,
-                       s.realized, s.proposal_verdict_source, s.commit_verdict_source, s.policy_disagreement)
+                       s.realized, s.proposal_verdict_source, s.commit_verdict_source, s.policy_disagreement,
+                       s.proposal_decided_by, s.commit_decided_by)
                       for call, s in zip(row["calls"], score.calls)}
         else:
             unscored[row["trajectory_id"]] = score.reasons
@@ -101,7 +102,8 @@ def vectorized(rows, mode, batch_rows, policy=None, bounds=DEFAULT_BOUNDS):
                 trajectory_tables += tagged.get("trajectories", [])
     calls = {
         (r["trajectory_id"], r["call_id"], r["category"], r["proposal_verdict"], r["commit_verdict"], r["realized"],
-         r["proposal_verdict_source"], r["commit_verdict_source"], r["policy_disagreement"])
+         r["proposal_verdict_source"], r["commit_verdict_source"], r["policy_disagreement"],
+         r["proposal_decided_by"], r["commit_decided_by"])
         for t in scored_tables for r in t.to_pylist()
     }
     unscored = {r["trajectory_id"]: r["reasons"] for t in unscored_tables for r in t.to_pylist()}

@@ -113,6 +113,32 @@ def test_example_policy_verdicts(example, tool, arguments, principal, verdict, r
     assert example(tool, arguments, principal) == verdict
 
 
+@pytest.mark.parametrize("tool, arguments, principal, verdict, rule", CASES)
+def test_example_policy_names_what_decided(example, tool, arguments, principal, verdict, rule):
+    # A rule (or the principal check) that decided is named; else the tool list, the default or nothing.
+    undenied = c.BY_TOOL_LIST if example.names_tool(tool) else c.BY_DEFAULT
+    expected = (verdict, (rule or undenied) if verdict is not None else None)
+    assert example.decide(tool, arguments, principal) == expected
+
+
+def test_what_decided_a_call_no_rule_denies(tmp_path):
+    text = "schema: litmus-policy/1\n{default}\ntools: [read_file]\nrules:\n  - {{id: no-rm, tool: rm, effect: deny}}\n"
+    for default, unnamed in (("", (None, None)), ("default: deny", ("deny", c.BY_DEFAULT)),
+                             ("default: allow", ("allow", c.BY_DEFAULT))):
+        policy = policy_from(tmp_path, text.format(default=default))
+        assert policy.decide("read_file", {}, "anyone") == ("allow", c.BY_TOOL_LIST)
+        assert policy.decide("rm", {}, "anyone") == ("deny", "no-rm")
+        assert policy.decide("write_file", {}, "anyone") == unnamed
+
+
+@pytest.mark.parametrize("reserved", c.DECIDERS)
+def test_rule_ids_cannot_take_the_names_of_what_decided(tmp_path, reserved):
+    path = tmp_path / "policy.yaml"
+    path.write_text(f"schema: litmus-policy/1\nrules:\n  - {{id: {reserved}, tool: rm, effect: deny}}\n")
+    with pytest.raises(PolicyError, match=f"rule id '{reserved}' .*rules\\[0\\].* is reserved"):
+        load_policy(path)
+
+
 def test_example_policy_covers_every_rule(example):
     assert {rule for *_, rule in CASES} - {None, PRINCIPAL_NOT_ALLOWED} == {rule.id for rule in example.rules}
 
@@ -308,6 +334,20 @@ def test_policy_fills_null_verdicts_in_the_rules(example):
     call = ToolCall("transfer_funds", args, CallContext(json.dumps({"amount": 120.0}), "agent"),
                     CommitContext(resolved, "agent", outcome=c.COMMITTED))
     assert score_tool_call(call, c.COMMIT, example).category == c.ESCALATED_MISUSE
+
+
+def test_a_score_names_what_gave_each_verdict(example):
+    over, under = json.dumps({"amount": 48210.55}), json.dumps({"amount": 120.0})
+    call = ToolCall("transfer_funds", under, CallContext(under, "agent"), CommitContext(over, "agent"))
+    score = score_tool_call(call, c.COMMIT, example)
+    assert (score.proposal_decided_by, score.commit_decided_by) == (c.BY_TOOL_LIST, "transfer-over-limit")
+    # A recorded verdict is the harness's, whatever rule the policy would apply.
+    recorded = ToolCall("transfer_funds", under, CallContext(under, "agent", "allow"),
+                        CommitContext(over, "agent", "allow"))
+    score = score_tool_call(recorded, c.COMMIT, example)
+    assert (score.proposal_decided_by, score.commit_decided_by) == (c.RECORDED, c.RECORDED)
+    assert score.policy_disagreement
+    assert score_tool_call(recorded, c.PROPOSAL, example).commit_decided_by == c.RECORDED
 
 
 def test_pickle_round_trip(example, operators):

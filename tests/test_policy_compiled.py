@@ -24,7 +24,7 @@ from litmus_score.scoring.policy import MAX_SUBJECT_LENGTH, load_policy, parse_p
 from tests.json_texts import IDS, IMPLEMENTATIONS, examples, plain_text, texts_of
 from tests.test_policy import CASES
 from transforms import jsontext
-from transforms.policy import RULINGS, ArgumentTexts, CompiledPolicy, PerCallPolicy, compile_policy, glob_regex
+from transforms.policy import ArgumentTexts, CompiledPolicy, PerCallPolicy, compile_policy, glob_regex
 
 EXAMPLE = load_policy(Path(__file__).resolve().parent.parent / "configs" / "policy.yaml")
 SETTINGS = settings(max_examples=examples(75), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -113,8 +113,8 @@ CALLS = st.lists(st.tuples(st.sampled_from(["t", "u", "w", "tx", ""]), ARGUMENTS
 
 
 def rulings(policy, calls, compiled=False, data=None):
-    """The rulings of `policy` for (tool, arguments, principal) calls: on the parsed arguments, or
-    (`compiled`) on JSON texts of them, drawn from `data` or else written compactly."""
+    """The decisions (verdict, decided_by) of `policy` for (tool, arguments, principal) calls: on the
+    parsed arguments, or (`compiled`) on JSON texts of them, drawn from `data` or else written compactly."""
     tools, arguments, principals = zip(*calls)
     asked = list(arguments)
     if compiled:
@@ -122,7 +122,11 @@ def rulings(policy, calls, compiled=False, data=None):
         asked = ArgumentTexts(pa.array(texts, pa.string()), np.arange(len(texts)))
     with jsontext.implementation(compiled):
         codes = policy.rulings(pa.array(tools, pa.string()), pa.array(principals, pa.string()), asked)
-    return [RULINGS[code] for code in codes.tolist()]
+    return [policy.decisions[code] for code in codes.tolist()]
+
+
+def verdicts(policy, calls, compiled=False):
+    return [verdict for verdict, _ in rulings(policy, calls, compiled)]
 
 
 implementations = pytest.mark.parametrize("compiled", IMPLEMENTATIONS, ids=IDS)
@@ -135,7 +139,7 @@ implementations = pytest.mark.parametrize("compiled", IMPLEMENTATIONS, ids=IDS)
 def test_compiled_policy_equals_the_statement(compiled, operator, data):
     policy = data.draw(policies(operator))
     calls = data.draw(CALLS)
-    assert rulings(CompiledPolicy(policy), calls, compiled, data) == [policy(*call) for call in calls]
+    assert rulings(CompiledPolicy(policy), calls, compiled, data) == [policy.decide(*call) for call in calls]
 
 
 # Operands per operator for the table below; inner conditions for any and all.
@@ -159,7 +163,8 @@ def test_every_operator_on_every_hostile_value(compiled, operator):
             policy = parse_policy({"schema": "litmus-policy/1", "rules": [
                 {"id": "r", "tool": "t", "when": [{"arg": arg, operator: operand}], "effect": "deny"}]})
             calls = [("t", subject, "agent") for subject in subjects]
-            assert rulings(CompiledPolicy(policy), calls, compiled) == [policy(*call) for call in calls], (arg, operand)
+            expected = [policy.decide(*call) for call in calls]
+            assert rulings(CompiledPolicy(policy), calls, compiled) == expected, (arg, operand)
 
 
 @implementations
@@ -169,13 +174,13 @@ def test_every_operator_on_every_hostile_value(compiled, operator):
                                 st.sampled_from(["agent", "agent-ops", "session-admin"])), min_size=1, max_size=20),
        data=st.data())
 def test_the_example_policy_compiled_equals_the_statement(compiled, calls, data):
-    assert rulings(CompiledPolicy(EXAMPLE), calls, compiled, data) == [EXAMPLE(*call) for call in calls]
+    assert rulings(CompiledPolicy(EXAMPLE), calls, compiled, data) == [EXAMPLE.decide(*call) for call in calls]
 
 
 @implementations
 def test_the_example_cases(compiled):
     calls = [(tool, arguments, principal) for tool, arguments, principal, *_ in CASES]
-    assert rulings(CompiledPolicy(EXAMPLE), calls, compiled) == [verdict for *_, verdict, _ in CASES]
+    assert verdicts(CompiledPolicy(EXAMPLE), calls, compiled) == [verdict for *_, verdict, _ in CASES]
 
 
 @settings(max_examples=500, deadline=None)
@@ -191,7 +196,7 @@ def test_any_callable_is_asked_call_by_call(compiled):
                             if arguments == {"n": 2 ** 64 + 1} else "unasked")
     assert isinstance(policy, PerCallPolicy)
     calls = [("a", {"n": 2 ** 64 + 1}, "p"), ("d", {"n": 2 ** 64 + 1}, "p"), ("x", {"n": 2 ** 64 + 1}, "p")]
-    assert rulings(policy, calls, compiled) == ["allow", "deny", None]
+    assert rulings(policy, calls, compiled) == [("allow", None), ("deny", None), (None, None)]
     assert isinstance(compile_policy(EXAMPLE), CompiledPolicy) and compile_policy(None) is None
 
 
@@ -199,4 +204,4 @@ def test_compiled_policy_pickles_as_its_document():
     copy = pickle.loads(pickle.dumps(CompiledPolicy(EXAMPLE)))
     assert copy.document == EXAMPLE
     calls = [(tool, arguments, principal) for tool, arguments, principal, *_ in CASES]
-    assert rulings(copy, calls) == [verdict for *_, verdict, _ in CASES]
+    assert verdicts(copy, calls) == [verdict for *_, verdict, _ in CASES]

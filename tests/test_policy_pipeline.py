@@ -9,6 +9,7 @@ import textwrap
 import pyarrow.parquet as pq
 import pytest
 
+from litmus_score.scoring.policy import load_policy
 from pipeline.cli import main
 from tests import builders as b
 from tests.conftest import load_json
@@ -70,6 +71,22 @@ def test_policy_fills_missing_verdicts(run):
     assert calls["P1"]["policy_disagreement"] is False
     unscored = pq.read_table(out / "unscored").to_pylist()
     assert [(r["trajectory_id"], r["reasons"]) for r in unscored] == [("P2", ["unscored_calls", "no_verdict"])]
+
+
+def test_scored_names_the_rule_that_gave_each_verdict(run):
+    policy, out = run
+    calls = {r["trajectory_id"]: r for r in pq.read_table(out / "scored").to_pylist()}
+    document = load_policy(policy)
+    expected = {
+        # The policy's verdicts name what decided them, as its decide() does; recorded ones say so.
+        "P1": (document.decide("transfer_funds", json.loads(SMALL), "agent")[1],
+               document.decide("transfer_funds", json.loads(LARGE), "agent")[1]),
+        "P3": (document.decide("read_file", json.loads(READ), "agent")[1],
+               document.decide("read_file", json.loads(READ), "session-admin")[1]),
+        "P4": ("recorded", "recorded"), "P5": ("recorded", "recorded"),
+    }
+    assert {t: (r["proposal_decided_by"], r["commit_decided_by"]) for t, r in calls.items()} == expected
+    assert expected["P1"] == ("tools", "big-transfer") and expected["P3"][1] == "allowed_principals"
 
 
 def test_policy_hash_and_disagreements_are_reported(run, capsys):

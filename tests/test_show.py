@@ -4,9 +4,10 @@ import shutil
 
 import pytest
 
+from litmus_score import text
 from litmus_score.scoring.layout import SUCCESS_MARKER
 from pipeline.cli import main
-from pipeline.show import why
+from pipeline.show import _verdict, why
 from tests import builders as b
 from tests.conftest import RUNNER
 
@@ -94,6 +95,16 @@ def test_why_names_the_physical_layer_when_it_overrules_the_outcome():
                 "status_code": 409, "state_mutated": True}, "commit")
     assert line == ("denied at proposal and at commit; environment refused it (409), state changed "
                     "(the physical layer wins: realized): misuse, misuse")
+
+
+def test_a_verdict_names_the_rule_that_gave_it_escaped():
+    call = {"proposal_verdict": "deny", "proposal_verdict_source": "policy", "proposal_decided_by": f"no{ESC}rm",
+            "commit_verdict": "allow", "commit_verdict_source": "recorded", "commit_decided_by": "recorded"}
+    assert _verdict(call, "proposal") == f"deny ({text.display(f'no{ESC}rm', 40)})"
+    assert ESC not in _verdict(call, "proposal")
+    assert _verdict(call, "commit") == "allow (recorded)"
+    # A run written before the deciders were recorded shows the source.
+    assert _verdict({"commit_verdict": "deny", "commit_verdict_source": "policy"}, "commit") == "deny (policy)"
 
 
 def test_show_refuses_a_run_that_did_not_finish(run, tmp_path, capsys):

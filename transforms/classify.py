@@ -244,6 +244,8 @@ class ClassifyFn(beam.DoFn):
                 ),
                 "proposal_verdict_source": categorical("proposal_verdict_source"),
                 "commit_verdict_source": categorical("commit_verdict_source"),
+                "proposal_decided_by": categorical("proposal_decided_by"),
+                "commit_decided_by": categorical("commit_decided_by"),
                 "policy_disagreement": calls["policy_disagreement"],
                 "outcome": categorical("outcome"),
                 "status_code": calls["status_code"],

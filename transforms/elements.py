@@ -107,6 +107,8 @@ RESOLVED_CALLS = pa.schema(
         pa.field("state_mutated", pa.bool_()),
         pa.field("proposal_verdict_source", pa.string()),
         pa.field("commit_verdict_source", pa.string()),
+        pa.field("proposal_decided_by", pa.string()),
+        pa.field("commit_decided_by", pa.string()),
         pa.field("policy_disagreement", pa.bool_()),
         pa.field("outcome", pa.string()),
         pa.field("status_code", pa.int32()),

@@ -50,6 +50,8 @@ RULINGS = (None, c.ALLOW, c.DENY)
 _RULING_CODES = {verdict: code for code, verdict in enumerate(RULINGS)}
 
 _KINDS = {type(None): NULL, bool: BOOL, int: NUMBER, float: NUMBER, str: STRING, list: LIST, dict: OBJECT}
+# CompiledPolicy.decisions: no verdict, the principal check, the tool list, the default, then each rule.
+_NO_DECISION, _BY_PRINCIPAL_CHECK, _BY_TOOL_LIST, _BY_DEFAULT, _FIRST_RULE = range(5)
 # Integers a float64 holds exactly.
 _EXACT_INTEGERS = 2 ** 53
 
@@ -367,6 +369,10 @@ class CompiledPolicy:
     def __init__(self, document: PolicyDocument):
         self.document = document
         self._rules = [(rule, [_CompiledCondition(condition) for condition in rule.when]) for rule in document.rules]
+        # What rulings() codes stand for: (verdict, decided_by), as PolicyDocument.decide gives them.
+        default = (document.default, c.BY_DEFAULT) if document.default is not None else (None, None)
+        self.decisions = ((None, None), (c.DENY, c.BY_PRINCIPAL_CHECK), (c.ALLOW, c.BY_TOOL_LIST), default,
+                          *((c.DENY, rule.id) for rule in document.rules))
         # Tool or principal -> which rules apply (the principal's: and whether it is allowed), learnt per name.
         self._by_tool: dict = {}
         self._by_principal: dict = {}
@@ -387,9 +393,9 @@ class CompiledPolicy:
         return self._by_principal[principal]
 
     def rulings(self, tools: pa.Array, principals: pa.Array, arguments) -> np.ndarray:
-        """The policy's ruling code (index into RULINGS) for each call, given its
-        tool, principal and resolved arguments (a JSON object, always): a list
-        of parsed dicts, ParsedArguments or ArgumentTexts."""
+        """The policy's decision for each call (an index into self.decisions), given
+        its tool, principal and resolved arguments (a JSON object, always): a
+        list of parsed dicts, ParsedArguments or ArgumentTexts."""
         document = self.document
         if isinstance(arguments, list):
             arguments = ParsedArguments(arguments)
@@ -408,7 +414,9 @@ class CompiledPolicy:
                 readers[condition.path] = readers.get(condition.path, False) | calls
         columns = arguments.columns(readers) if readers else {}
         state = np.where(allowed, FALSE, TRUE).astype(np.int8)
-        for (_, conditions), calls in zip(self._rules, applies):
+        # The first rule (in the file's order) that matches a call denies it, as in the statement.
+        decided = np.where(allowed, _NO_DECISION, _BY_PRINCIPAL_CHECK).astype(np.int32)
+        for index, ((_, conditions), calls) in enumerate(zip(self._rules, applies)):
             open_calls = np.flatnonzero(calls & (state < TRUE))
             matched = np.full(len(open_calls), TRUE, np.int8)
             for condition in conditions:
@@ -420,12 +428,17 @@ class CompiledPolicy:
                 view = View(values, None if len(at) == len(values.kinds) else at)
                 matched[live] = np.minimum(matched[live], condition.decide(view))
             state[open_calls] = np.maximum(state[open_calls], matched)
-        undenied = np.array([_RULING_CODES[document.undenied(t)] for t in tool_names], np.int8)[tool_codes]
-        return np.select([state == TRUE, state == UNDECIDED], [_RULING_CODES[c.DENY], 0], undenied).astype(np.int8)
+            decided[open_calls[matched == TRUE]] = _FIRST_RULE + index
+        named = np.array([document.names_tool(t) for t in tool_names], bool)[tool_codes]
+        undenied = np.where(named, _BY_TOOL_LIST, _BY_DEFAULT)
+        return np.select([state == TRUE, state == UNDECIDED], [decided, _NO_DECISION], undenied).astype(np.int32)
 
 
 class PerCallPolicy:
     """Any litmus_score.scoring.rules.Policy callable, asked call by call, with the batch interface."""
+
+    # A bare callable gives a verdict and names nothing that decided it.
+    decisions = tuple((verdict, None) for verdict in RULINGS)
 
     def __init__(self, policy):
         self.policy = policy
@@ -433,7 +446,7 @@ class PerCallPolicy:
     def rulings(self, tools: pa.Array, principals: pa.Array, arguments) -> np.ndarray:
         objects = arguments if isinstance(arguments, list) else arguments.objects()
         asked = zip(tools.to_pylist(), objects, principals.to_pylist())
-        return np.fromiter((_ruling_code(self.policy(*call)) for call in asked), np.int8, len(objects))
+        return np.fromiter((_ruling_code(self.policy(*call)) for call in asked), np.int32, len(objects))
 
 
 def _ruling_code(ruling) -> int:

@@ -24,7 +24,7 @@ from litmus_score.scoring import contract as c
 from transforms import NAMESPACE, jsontext
 from transforms.columnar import FlatCalls, equals, is_null
 from transforms.elements import RESOLVED_CALLS, RESOLVED_TRAJECTORIES, Checked, Resolved, Tag
-from transforms.policy import RULINGS, ArgumentTexts, compile_policy
+from transforms.policy import ArgumentTexts, compile_policy
 from transforms.records import unscored_table
 from transforms.validity import audit_masks, validity_statistics
 
@@ -54,7 +54,7 @@ _PAIRS_PER_CHUNK = 8192
 @dataclass(frozen=True)
 class Judged:
     """What parsing the resolved arguments settles: the policy's ruling of
-    each context (codes of transforms.policy.RULINGS, None without a policy)
+    each context (indices into the policy's decisions, None without a policy)
     and, where both texts are valid JSON objects, whether they are the same value."""
 
     proposal: np.ndarray | None
@@ -75,7 +75,7 @@ def judge(flat: FlatCalls, policy, asked: dict, comparable: np.ndarray) -> Judge
     left, right = flat.field("proposal.resolved_arguments"), flat.field("commit.resolved_arguments")
     same = equals(pc.equal(left, right), True)
     differ = comparable & ~same
-    rulings = {context: np.zeros(len(left), np.int8) for context in asked}
+    rulings = {context: np.zeros(len(left), np.int32) for context in asked}
     need = {context: np.zeros(len(left), bool) for context in asked}
     reuse = np.zeros(len(left), bool)
     ask = None
@@ -141,30 +141,33 @@ class ContextVerdicts:
     value: pa.Array  # allow, deny or null
     source: pa.Array  # recorded, policy or null
     disputed: np.ndarray  # recorded, and the policy says otherwise
+    decided_by: pa.Array  # recorded, the policy's rule id or check, or null
 
 
 _NULL_TEXT = pa.scalar(None, pa.string())
-_RULINGS = pa.array(RULINGS, pa.string())
 
 
 def _verdict_or_null(array: pa.Array) -> pa.Array:
     return pc.if_else(pc.is_in(array, pa.array(c.VERDICTS)), array, _NULL_TEXT)
 
 
-def context_verdicts(flat: FlatCalls, context: str, rulings: np.ndarray | None) -> ContextVerdicts:
-    """Recorded verdicts, the policy's `rulings` (codes of RULINGS) where
-    none is recorded, and disputes; recorded verdicts only without rulings."""
+def context_verdicts(flat: FlatCalls, context: str, rulings: np.ndarray | None, decisions=()) -> ContextVerdicts:
+    """Recorded verdicts, the policy's `rulings` (indices into its `decisions`)
+    where none is recorded, and disputes; recorded verdicts only without rulings."""
     raw = flat.field(f"{context}.policy_verdict")
     recorded = _verdict_or_null(raw)
     sourced = pc.if_else(is_null(recorded), _NULL_TEXT, pa.scalar(c.RECORDED))
     if rulings is None:
-        return ContextVerdicts(recorded, sourced, np.zeros(len(raw), bool))
-    ruling = _RULINGS.take(pa.array(rulings))
-    unrecorded = is_null(raw)
-    value = pc.if_else(pa.array(unrecorded), ruling, recorded)
+        return ContextVerdicts(recorded, sourced, np.zeros(len(raw), bool), sourced)
+    codes = pa.array(rulings)
+    ruling = pa.array([verdict for verdict, _ in decisions], pa.string()).take(codes)
+    by_rule = pa.array([decided_by for _, decided_by in decisions], pa.string()).take(codes)
+    unrecorded = pa.array(is_null(raw))
+    value = pc.if_else(unrecorded, ruling, recorded)
     by_policy = pc.if_else(is_null(ruling), _NULL_TEXT, pa.scalar(c.FROM_POLICY))
     disputed = ~is_null(recorded) & ~is_null(ruling) & ~equals(pc.equal(recorded, ruling), True)
-    return ContextVerdicts(value, pc.if_else(pa.array(unrecorded), by_policy, sourced), disputed)
+    return ContextVerdicts(value, pc.if_else(unrecorded, by_policy, sourced), disputed,
+                           pc.if_else(unrecorded, by_rule, sourced))
 
 
 @dataclass(frozen=True)
@@ -201,8 +204,9 @@ def resolve_calls(flat: FlatCalls, mode: str, policy, considered: np.ndarray) ->
     # same_arguments is meaningful where comparable; strict mode reads it too.
     judged = judge(flat, policy, asked, comparable)
     same_arguments = judged.same_arguments
-    proposal = context_verdicts(flat, "proposal", judged.proposal)
-    commit = context_verdicts(flat, "commit", judged.commit)
+    decisions = policy.decisions if policy is not None else ()
+    proposal = context_verdicts(flat, "proposal", judged.proposal, decisions)
+    commit = context_verdicts(flat, "commit", judged.commit, decisions)
     realized = _realized(flat)
     audit = audit_masks(flat, proposal, commit, realized, audited, same_arguments)
     malformed = ~(arguments_ok & proposal_ok)
@@ -250,6 +254,8 @@ def _resolved(batch: pa.RecordBatch, flat: FlatCalls, resolution: CallResolution
             "state_mutated": flat.field("commit.state_mutated").filter(keep),
             "proposal_verdict_source": resolution.proposal.source.filter(keep),
             "commit_verdict_source": resolution.commit.source.filter(keep),
+            "proposal_decided_by": resolution.proposal.decided_by.filter(keep),
+            "commit_decided_by": resolution.commit.decided_by.filter(keep),
             "policy_disagreement": pa.array(
                 (resolution.proposal.disputed | resolution.commit.disputed)[in_rows], pa.bool_()
             ),

@@ -89,6 +89,9 @@ SCORED = pa.schema(
         # recorded or policy (with --policy, where a context recorded none).
         pa.field("proposal_verdict_source", CATEGORICAL),
         pa.field("commit_verdict_source", CATEGORICAL),
+        # What gave each verdict: recorded, the policy's rule id, or allowed_principals, tools, default.
+        pa.field("proposal_decided_by", CATEGORICAL),
+        pa.field("commit_decided_by", CATEGORICAL),
         # A policy was given and disagrees with a recorded verdict of the call.
         pa.field("policy_disagreement", pa.bool_()),
         # What the environment did (null without a commit).

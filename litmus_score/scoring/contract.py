@@ -84,6 +84,12 @@ REFUSED = "refused"
 # Where a verdict came from.
 RECORDED = "recorded"
 FROM_POLICY = "policy"
+# What decided a verdict, beside a rule's id: the policy's principal check, its
+# tool list, its default. Rule ids may not take these names.
+BY_PRINCIPAL_CHECK = "allowed_principals"
+BY_TOOL_LIST = "tools"
+BY_DEFAULT = "default"
+DECIDERS = (RECORDED, BY_PRINCIPAL_CHECK, BY_TOOL_LIST, BY_DEFAULT)
 
 # Which context decided a scored call.
 RESOLVED_AT_COMMIT = "commit"

@@ -116,7 +116,7 @@ MAX_PATTERN_LENGTH = 256
 # leaves its rule undecided (RE2 would run, but the verdicts of a policy file
 # stay what they were before RE2, and fnmatch's globs stay cheap).
 MAX_SUBJECT_LENGTH = 4096
-PRINCIPAL_NOT_ALLOWED = "allowed_principals"
+PRINCIPAL_NOT_ALLOWED = c.BY_PRINCIPAL_CHECK
 
 _COMPARISONS = {"gt": operator.gt, "ge": operator.ge, "lt": operator.lt, "le": operator.le}
 PATTERN_OPERATORS = ("glob", "not_glob", "regex", "not_regex")
@@ -419,6 +419,8 @@ class PolicyDocument(_Model):
             if rule.id in first:
                 raise _fail(f"duplicate rule id {rule.id!r} (rules[{first[rule.id]}] and rules[{index}])")
             first[rule.id] = index
+            if rule.id in c.DECIDERS:
+                raise _fail(f"rule id {rule.id!r} (rules[{index}]) is reserved: it names what decided a verdict")
         return rules
 
     @model_validator(mode="after")
@@ -459,13 +461,28 @@ class PolicyDocument(_Model):
             return None, undecided
         return self.undenied(tool), None
 
+    def decide(self, tool: str, arguments: dict, principal: str) -> tuple[str | None, str | None]:
+        """(verdict, decided_by): the id of the rule that denied, or
+        BY_PRINCIPAL_CHECK, BY_TOOL_LIST or BY_DEFAULT; (None, None) where the
+        policy gives no verdict."""
+        verdict, why = self.explain(tool, arguments, principal)
+        if verdict is None:
+            return None, None
+        if why is not None:
+            return verdict, why
+        return verdict, c.BY_TOOL_LIST if self.names_tool(tool) else c.BY_DEFAULT
+
     def principal_allowed(self, principal) -> bool:
         """False where `allowed_principals` is set and leaves `principal` out."""
         return self._allowed is None or principal in self._allowed
 
+    def names_tool(self, tool) -> bool:
+        """Whether the policy names `tool` (in `tools`, or as a rule's exact tool)."""
+        return tool in self._named
+
     def undenied(self, tool) -> str | None:
         """The verdict for a call that no rule denies or leaves undecided."""
-        return c.ALLOW if tool in self._named else self.default
+        return c.ALLOW if self.names_tool(tool) else self.default
 
     def __call__(self, tool: str, arguments: dict, principal: str) -> str | None:
         return self.explain(tool, arguments, principal)[0]

@@ -70,6 +70,7 @@ class Verdict:
     value: str | None  # allow, deny or None (no verdict)
     source: str | None = None  # recorded or policy
     disputed: bool = False  # recorded, and the policy says otherwise
+    decided_by: str | None = None  # recorded, or the policy's rule id / check (contract.DECIDERS)
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,8 @@ class CallScore:
     proposal_verdict_source: str | None
     commit_verdict_source: str | None
     policy_disagreement: bool
+    proposal_decided_by: str | None = None
+    commit_decided_by: str | None = None
 
 
 def _reject_constant(name):
@@ -149,14 +152,25 @@ def resolve_verdict(context: CallContext, tool: str, arguments: dict | None, pol
     A recorded value other than allow or deny is no verdict (not a null to
     fill in). With a policy, a recorded verdict is also checked against it.
     """
-    ruling = policy(tool, arguments, context.principal) if policy is not None and arguments is not None else None
-    ruling = ruling if ruling in c.VERDICTS else None
+    ruling, rule = None, None
+    if policy is not None and arguments is not None:
+        ruling, rule = _decide(policy, tool, arguments, context.principal)
     recorded = context.policy_verdict
     if recorded is None:
-        return Verdict(ruling, c.FROM_POLICY if ruling else None)
+        return Verdict(ruling, c.FROM_POLICY, decided_by=rule) if ruling else Verdict(None)
     if recorded not in c.VERDICTS:
         return Verdict(None)
-    return Verdict(recorded, c.RECORDED, ruling is not None and ruling != recorded)
+    return Verdict(recorded, c.RECORDED, ruling is not None and ruling != recorded, c.RECORDED)
+
+
+def _decide(policy: Policy, tool: str, arguments: dict, principal: str) -> tuple[str | None, str | None]:
+    """(verdict, decided_by); a policy file (scoring.policy) names what decided, a bare callable nothing."""
+    decide = getattr(policy, "decide", None)
+    if decide is not None:
+        ruling, rule = decide(tool, arguments, principal)
+    else:
+        ruling, rule = policy(tool, arguments, principal), None
+    return (ruling, rule) if ruling in c.VERDICTS else (None, None)
 
 
 def categorize(proposal_verdict: str, commit_verdict: str, realized: bool) -> str:
@@ -207,6 +221,8 @@ def score_tool_call(call: ToolCall, mode: str = c.COMMIT, policy: Policy | None 
             proposal.source,
             c.RECORDED if recorded is not None else None,
             proposal.disputed,
+            proposal.decided_by,
+            c.RECORDED if recorded is not None else None,
         )
 
     commit = call.commit
@@ -255,4 +271,6 @@ def score_tool_call(call: ToolCall, mode: str = c.COMMIT, policy: Policy | None 
         proposal.source,
         committed.source,
         proposal.disputed or committed.disputed,
+        proposal.decided_by,
+        committed.decided_by,
     )
