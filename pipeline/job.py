@@ -293,7 +293,7 @@ def run(config: RunConfig, baseline: publish.Run | None = None, night: dict | No
         return Exit.USAGE
     try:
         execute(pipeline, shard_count)
-        baseline = like_with_like(config, baseline)
+        baseline = like_with_like(config, baseline, execute)
         metrics, manifest, comparison = complete(config.output, baseline, config.thresholds,
                                                  policy_documents(config))
     except Failed as failed:

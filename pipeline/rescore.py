@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
+from collections.abc import Callable
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -64,11 +65,11 @@ def check_inputs(baseline: Run) -> list:
     return [entry["file"] for entry in recorded]
 
 
-def rescored(baseline: Run, config: RunConfig) -> Run:
+def rescored(baseline: Run, config: RunConfig, execute: Callable[[beam.Pipeline], None]) -> Run:
     """The baseline with the metrics of its inputs scored under tonight's
-    policy and mode; RescoreError when they cannot be read as they were."""
-    from pipeline.job import Failed, execute
-
+    policy and mode, run by `execute` (the launcher's: it raises, in one
+    line, when the job fails); RescoreError when they cannot be read as
+    they were or the job fails."""
     paths = check_inputs(baseline)
     score = ScoreTrajectories(paths, config.mode, config.batch_rows, config.policy, config.bounds,
                               config.max_slice_keys, config.max_groups)
@@ -81,7 +82,7 @@ def rescored(baseline: Run, config: RunConfig) -> Run:
         execute(pipeline)
         with FileSystems.open(FileSystems.join(folder, METRICS_FILE)) as handle:
             document = json.loads(handle.read())
-    except Failed as failed:
+    except Exception as failed:  # whatever stopped the job: no verdict across the change, the night still published
         raise RescoreError(f"the baseline's inputs could not be scored again: {failed}") from None
     finally:
         if FileSystems.exists(folder):
@@ -93,14 +94,15 @@ def rescored(baseline: Run, config: RunConfig) -> Run:
     return dataclasses.replace(baseline, metrics=document, rescored=label)
 
 
-def like_with_like(config: RunConfig, baseline: Run | None) -> Run | None:
+def like_with_like(config: RunConfig, baseline: Run | None,
+                   execute: Callable[[beam.Pipeline], None]) -> Run | None:
     """The baseline tonight is compared with: as published when it was scored
     under tonight's rules, else re-scored under them; as published (the
     verdict withheld) with one line on stderr when it cannot be."""
     if baseline is None or not rules_changed(tonights_rules(config), rules_of(baseline.metrics)):
         return baseline
     try:
-        return rescored(baseline, config)
+        return rescored(baseline, config, execute)
     except RescoreError as error:
         text.error(f"no verdict across the change of rules: {error}")
         return baseline
