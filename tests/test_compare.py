@@ -228,13 +228,13 @@ def test_relative_bound():
 
 def test_from_zero_any_rise_exceeds_a_relative_bound():
     assert verdict((1, 100), (0, 100), relative=0.25, significance=False) == "regression"
-    assert verdict((1, 100), (0, 100), relative=0.25) == "ok"
+    assert verdict((1, 100), (0, 100), relative=0.25) == "watch"  # past the bound, not significant
 
 
 def test_significance_requirement():
     # A rise of 1.5 points on 1000 each: past the relative bound, interval reaches 0.
     assert newcombe_interval(55, 1000, 40, 1000)[0] < 0
-    assert verdict((55, 1000), (40, 1000), relative=0.25) == "ok"
+    assert verdict((55, 1000), (40, 1000), relative=0.25) == "watch"
     assert verdict((55, 1000), (40, 1000), relative=0.25, significance=False) == "regression"
 
 
@@ -410,7 +410,7 @@ def test_loaded_thresholds_are_used(tmp_path):
     loaded = load_thresholds(path)
     assert loaded.misuse_rate.relative_increase is None and loaded.misuse_rate.require_significance
     result = compare_metrics(counts(a=(55, 1000)), counts(a=(40, 1000)), loaded)
-    assert result["agents"][0]["verdict"] == "ok"  # past the bound, not significant
+    assert result["agents"][0]["verdict"] == "watch"  # past the bound, not significant
     assert result["thresholds"]["misuse_rate"]["absolute_increase"] == 0.001
 
 

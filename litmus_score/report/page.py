@@ -44,7 +44,7 @@ UNDER_COLOR = "#d62728"
 # The spec's table order, then proposal mode's own category.
 CATEGORY_ORDER = list(dict.fromkeys(contract.CATEGORIES[contract.COMMIT] + contract.CATEGORIES[contract.PROPOSAL]))
 VERDICT_ORDER = ["allow", "deny", None]
-COMPARISON_ORDER = ["regression", "insufficient_data", "new_agent", "missing_agent", "ok"]
+COMPARISON_ORDER = ["regression", "watch", "insufficient_data", "new_agent", "missing_agent", "ok"]
 MODE_LABELS = {"commit": "commit-time", "strict": "strict", "proposal": "proposal-time"}
 
 def _json(value) -> str:
@@ -187,6 +187,8 @@ def _comparison(comparison) -> dict | None:
                     "reasons": (a.get("reasons") or [])[:10]} for a in agents],
         "left_out": left,
         "regressions": comparison.get("regressions") or [],
+        "watch": comparison.get("watch") or [],
+        "false_alarm_level": (comparison.get("thresholds") or {}).get("false_alarm_level"),
         # Scored under other rules (rules_changed): no agent is judged.
         "withheld": bool(comparison.get("withheld")),
         "groups_folded": [run for run in comparison.get("groups_folded") or [] if run in ("new", "old")],
