@@ -30,7 +30,7 @@ from pipeline.options import RunConfig
 from pipeline.publish import Run
 from transforms.conform import UNREADABLE
 from transforms.elements import FileIdentity
-from transforms.files import to_json, write_whole
+from transforms.files import delete_exactly, to_json, write_whole
 from transforms.shardfiles import identify, what_changed
 
 
@@ -86,7 +86,7 @@ def rescored(baseline: Run, config: RunConfig, execute: Callable[[beam.Pipeline]
         raise RescoreError(f"the baseline's inputs could not be scored again: {failed}") from None
     finally:
         if FileSystems.exists(folder):
-            FileSystems.delete([folder])
+            delete_exactly([folder])  # the output's name is a path, never a pattern
     then, now = baseline.metrics["inputs"]["rows_read"], document["inputs"]["rows_read"]
     if now != then:
         raise RescoreError(f"the baseline's inputs gave {now:,} rows when scored again, {then:,} when first read")

@@ -155,16 +155,23 @@ def nightly_with(runs, root, date, policy):
                  str(root), "--policy", str(policy), *RUNNER])
 
 
+def first_of_two_nights(tmp_path, policies, root_name="scores") -> tuple:
+    """(runs, root): two nights' shards, the first scored under the policy `before`; the second night's
+    misuse rises under the policy `after`, which adds a deny rule."""
+    runs, root = tmp_path / "runs", tmp_path / root_name
+    night(runs / "2026-11-30", recorded_denies=10, large_undecided=20)
+    night(runs / "2026-12-01", recorded_denies=60, large_undecided=20)
+    assert nightly_with(runs, root, "2026-11-30", policies["before"]) == Exit.OK
+    return runs, root
+
+
 def agent_counts(metrics) -> tuple:
     (group,) = metrics["groups"]
     return group["trajectories"]["scored"], group["misuse"]["count"]
 
 
 def test_a_policy_edit_between_nights_gets_a_verdict_from_the_rescored_baseline(tmp_path, policies, capsys):
-    runs, root = tmp_path / "runs", tmp_path / "scores"
-    night(runs / "2026-11-30", recorded_denies=10, large_undecided=20)
-    night(runs / "2026-12-01", recorded_denies=60, large_undecided=20)
-    assert nightly_with(runs, root, "2026-11-30", policies["before"]) == Exit.OK
+    runs, root = first_of_two_nights(tmp_path, policies)
     capsys.readouterr()
     # Was: exit 5, no verdict on the night of a policy edit.
     assert nightly_with(runs, root, "2026-12-01", policies["after"]) == Exit.REGRESSION
@@ -190,11 +197,17 @@ def test_a_policy_edit_between_nights_gets_a_verdict_from_the_rescored_baseline(
     assert load_json(root / "trend.json")["nights"][1]["baseline_rescored"] is True
 
 
+def test_a_rescore_under_an_output_root_named_with_glob_characters_cleans_up_after_itself(tmp_path, policies):
+    # The re-score's scratch folder sits in tonight's folder: deleted as a path, never matched as a pattern.
+    runs, root = first_of_two_nights(tmp_path, policies, root_name="scores[1]")
+    assert nightly_with(runs, root, "2026-12-01", policies["after"]) == Exit.REGRESSION
+    folder = root / "date=2026-12-01"
+    assert load_json(folder / "comparison.json")["baseline"]["rescored"] is not None
+    assert not [path.name for path in folder.iterdir() if path.name.startswith(".")]
+
+
 def test_a_moved_baseline_input_withholds_the_verdict_with_a_line_naming_it(tmp_path, policies, capsys):
-    runs, root = tmp_path / "runs", tmp_path / "scores"
-    night(runs / "2026-11-30", recorded_denies=10, large_undecided=20)
-    night(runs / "2026-12-01", recorded_denies=60, large_undecided=20)
-    assert nightly_with(runs, root, "2026-11-30", policies["before"]) == Exit.OK
+    runs, root = first_of_two_nights(tmp_path, policies)
     moved = runs / "2026-11-30" / "shard.parquet"
     moved.rename(runs / "elsewhere.parquet")
     capsys.readouterr()
@@ -208,10 +221,7 @@ def test_a_moved_baseline_input_withholds_the_verdict_with_a_line_naming_it(tmp_
 
 
 def test_a_changed_baseline_input_withholds_the_verdict(tmp_path, policies, capsys):
-    runs, root = tmp_path / "runs", tmp_path / "scores"
-    night(runs / "2026-11-30", recorded_denies=10, large_undecided=20)
-    night(runs / "2026-12-01", recorded_denies=60, large_undecided=20)
-    assert nightly_with(runs, root, "2026-11-30", policies["before"]) == Exit.OK
+    runs, root = first_of_two_nights(tmp_path, policies)
     changed = runs / "2026-11-30" / "shard.parquet"
     changed.unlink()
     night(runs / "rewritten", recorded_denies=40, large_undecided=0)
