@@ -19,7 +19,7 @@ from pipeline.nightly import find_baseline
 from pipeline.trend import read_nights
 from tests import memfs
 from tests.conftest import RUNNER
-from tests.test_publish import tree
+from tests.test_publish import score, tree
 
 # Whole commands, end to end: make test runs them, make check does not.
 pytestmark = pytest.mark.slow
@@ -30,10 +30,6 @@ def shards(tmp_path_factory):
     folder = tmp_path_factory.mktemp("shards")
     assert main(["generate", "--output", str(folder), "--trajectories", "300", "--shards", "2", "--seed", "7"]) == 0
     return folder
-
-
-def score(shards, output, *flags):
-    return main(["score", "--input", str(shards / "*.parquet"), "--output", str(output), *flags, *RUNNER])
 
 
 @pytest.fixture(scope="module")
