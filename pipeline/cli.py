@@ -1,4 +1,4 @@
-"""litmus-score command line: score, nightly, trend, import, compare, show, audit, generate, demo, policy check.
+"""litmus-score command line: score, nightly, trend, whatif, import, compare, show, audit, generate, demo, policy check.
 
 Each command parses its own flags and calls a function with a typed config
 (pipeline.job, pipeline.nightly, pipeline.imports); the exit codes are
@@ -178,6 +178,12 @@ def demo(argv) -> Exit:
     return job.run(config)
 
 
+def whatif(argv) -> Exit:
+    from pipeline.whatif import main as run_whatif
+
+    return run_whatif(argv)
+
+
 def audit(argv) -> Exit:
     from pipeline.audit import main as run_audit
 
@@ -212,6 +218,7 @@ COMMANDS = {
     "score": Command(score, "score shards (flags: litmus-score score --help)"),
     "nightly": Command(nightly, "score one night under a root, against the last complete night"),
     "trend": Command(trend, "the history of nights under an output root: trend.json, trend.html"),
+    "whatif": Command(whatif, "score one corpus under a base policy and candidates in one job: what each flips"),
     "compare": Command(compare, "compare a run with a baseline run (exit 3 on a regression)"),
     "show": Command(show, "one trajectory of a run, call by call"),
     "audit": Command(audit, "per tool: does proposal-time scoring hold?"),

@@ -30,6 +30,7 @@ from transforms.metrics import ComputeMetrics
 from transforms.read import DEFAULT_BATCH_ROWS, NoVerdictSource, ReadShards, shards_without_verdicts
 from transforms.records import failed_batch_to_unscored
 from transforms.resolve import ResolveContexts
+from transforms.whatif import FLIPS, FlipsCombineFn, ResolveUnderPolicies, new_summary
 from transforms.write import WriteOutputs
 
 
@@ -64,24 +65,10 @@ class ScoreTrajectories(beam.PTransform):
         return self._read.shards
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, Any]:
-        read = pbegin | "Read shards" >> self._read
-        decisions = (
-            pbegin
-            | "Shards to index" >> beam.Create(self._read.shards, reshuffle=False)
-            | "Spread shards to index" >> beam.Reshuffle()
-            | "Find duplicates" >> FindDuplicates(self._bounds.max_text_bytes)
-        )
-        distinct = read.batches | "Duplicates" >> SetAsideDuplicates(decisions)
-        # The expected failures leave through the `unscored` tags; the
-        # exception handling is only the safety net for bugs.
-        checked = distinct.batches | "Completeness" >> CheckCompleteness(self._bounds)
+        read, distinct, checked = _read_and_check(pbegin, self._read, self._bounds)
         resolved = checked.complete | "Context resolution" >> ResolveContexts(self._mode, self._policy)
         classified = resolved.resolved | "Classification" >> Classify(self._mode)
-        failed = (
-            (checked[Tag.FAILED], resolved[Tag.FAILED])
-            | "Gather failed batches" >> beam.Flatten()
-            | "Keep failed rows as unscored" >> beam.Map(failed_batch_to_unscored).with_output_types(pa.Table)
-        )
+        failed = _failed_rows(checked, resolved)
         # Kept apart, not flattened: a runner may materialize a Flatten, and
         # the UNSCORED records carry whole input rows.
         unscored = {layout.DUPLICATE: distinct[Tag.UNSCORED], layout.INCOMPLETE: checked[Tag.UNSCORED],
@@ -106,6 +93,104 @@ class ScoreTrajectories(beam.PTransform):
                                                                   self._max_groups),
             "shard_reports": reports,
         }
+
+
+def _read_and_check(pbegin: beam.pvalue.PBegin, read_shards: ReadShards, bounds: Bounds) -> tuple:
+    """The stages no policy changes: (the read's outputs, the duplicates' and completeness')."""
+    read = pbegin | "Read shards" >> read_shards
+    decisions = (
+        pbegin
+        | "Shards to index" >> beam.Create(read_shards.shards, reshuffle=False)
+        | "Spread shards to index" >> beam.Reshuffle()
+        | "Find duplicates" >> FindDuplicates(bounds.max_text_bytes)
+    )
+    distinct = read.batches | "Duplicates" >> SetAsideDuplicates(decisions)
+    # The expected failures leave through the `unscored` tags; the
+    # exception handling is only the safety net for bugs.
+    checked = distinct.batches | "Completeness" >> CheckCompleteness(bounds)
+    return read, distinct, checked
+
+
+def _failed_rows(checked, resolved) -> beam.PCollection:
+    """The rows of the batches that raised (the safety net's dead letters) as UNSCORED tables."""
+    return (
+        (checked[Tag.FAILED], resolved[Tag.FAILED])
+        | "Gather failed batches" >> beam.Flatten()
+        | "Keep failed rows as unscored" >> beam.Map(failed_batch_to_unscored).with_output_types(pa.Table)
+    )
+
+
+class _ByPolicy(beam.PartitionFn):
+    """(policy index, value) -> the index's partition."""
+
+    def partition_for(self, element, num_partitions, *args, **kwargs) -> int:
+        return element[0]
+
+
+class ScoreUnderPolicies(beam.PTransform):
+    """Input patterns -> {"metrics": one metrics.json document per policy,
+    "flips": one (candidate index, flips) per candidate, "shard_reports"}.
+
+    One read of the corpus; each policy's metrics.json is the document
+    ScoreTrajectories computes under that policy alone (`policies`:
+    PolicyDocuments, the base first, the candidates after it;
+    transforms.whatif says what flips)."""
+
+    def __init__(self, inputs, policies: list, mode: str = c.COMMIT, batch_rows: int = DEFAULT_BATCH_ROWS,
+                 bounds: Bounds = DEFAULT_BOUNDS, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS,
+                 max_groups: int = m.DEFAULT_MAX_GROUPS):
+        super().__init__()
+        self._read = ReadShards(inputs, batch_rows, bounds.max_text_bytes)
+        self._resolve = ResolveUnderPolicies(mode, policies)
+        self._mode, self._bounds = mode, bounds
+        self._metrics = [ComputeMetrics(mode, policy.sha256, max_slice_keys, max_groups) for policy in policies]
+
+    @property
+    def shards(self) -> list:
+        """The Shards the input patterns matched."""
+        return self._read.shards
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, Any]:
+        read, distinct, checked = _read_and_check(pbegin, self._read, self._bounds)
+        resolved = checked.complete | "Context resolution under each policy" >> self._resolve
+        n = len(self._metrics)
+        # What every policy's metrics share: the inputs, and the rows set aside before any policy judged them.
+        shared_unscored = {layout.DUPLICATE: distinct[Tag.UNSCORED], layout.INCOMPLETE: checked[Tag.UNSCORED],
+                           layout.FAILED: _failed_rows(checked, resolved)}
+        shared = [
+            distinct[Tag.STATS],
+            read[Tag.SHARD_REPORTS] | "Count inputs" >> beam.Map(m.input_statistics),
+        ] + [
+            records | f"Count {name} unscored" >> beam.Map(unscored_statistics)
+            for name, records in shared_unscored.items()
+        ] | "Gather shared statistics" >> beam.Flatten()
+        by_policy = {
+            name: resolved[tag] | f"Split {name} by policy" >> beam.Partition(_ByPolicy(), n)
+            for name, tag in (("resolved", "resolved"), ("validity", Tag.VALIDITY), ("unscored", Tag.UNSCORED))
+        }
+        metrics = []
+        for i, compute in enumerate(self._metrics):
+            label = f"Policy {i}"
+
+            def unkeyed(name: str, i=i, label=label) -> beam.PCollection:
+                return by_policy[name][i] | f"{label}: its {name}" >> beam.Map(lambda keyed: keyed[1])
+
+            classified = unkeyed("resolved") | f"{label}: classification" >> Classify(self._mode, with_calls=False)
+            statistics = [
+                shared,
+                classified[Tag.STATS],
+                unkeyed("validity"),
+                unkeyed("unscored") | f"{label}: count unresolved" >> beam.Map(unscored_statistics),
+                classified[Tag.TRAJECTORIES] | f"{label}: harness verdicts" >> CompareWithHarness(self._read.shards),
+            ] | f"{label}: gather statistics" >> beam.Flatten()
+            metrics.append(statistics | f"{label}: metrics" >> compute
+                           | f"{label}: key metrics" >> beam.Map(lambda document, i=i: (i, document)))
+        # Every candidate has a summary, flips or not (a combine emits nothing for a key it never saw).
+        no_flips = pbegin | "No flips yet" >> beam.Create([(i, new_summary()) for i in range(1, n)])
+        flips = ((resolved[FLIPS], no_flips) | "Gather flips" >> beam.Flatten()
+                 | "Flips per candidate" >> beam.CombinePerKey(FlipsCombineFn()))
+        return {"metrics": metrics | "Gather metrics" >> beam.Flatten(), "flips": flips,
+                "shard_reports": read[Tag.SHARD_REPORTS]}
 
 
 def input_identities(shards) -> list:

@@ -178,8 +178,12 @@ def trajectory_table(resolved: Resolved, counters: dict, misuse_call: np.ndarray
 
 
 class ClassifyFn(beam.DoFn):
-    def __init__(self, mode: str):
+    """`with_calls`: also the scored calls and the evidence (a what-if keeps
+    only the statistics and the trajectories the harness comparison reads)."""
+
+    def __init__(self, mode: str, with_calls: bool = True):
         self._mode = mode
+        self._with_calls = with_calls
         self._trajectories = Metrics.counter(NAMESPACE, "trajectories_scored")
         self._calls = Metrics.counter(NAMESPACE, "calls_scored")
 
@@ -217,6 +221,8 @@ class ClassifyFn(beam.DoFn):
         yield beam.pvalue.TaggedOutput(Tag.STATS, batch_statistics(resolved, codes, names, misuse_call, counters))
         scored = trajectory_table(resolved, counters, misuse_call, proposal_deny)
         yield beam.pvalue.TaggedOutput(Tag.TRAJECTORIES, scored)
+        if not self._with_calls:
+            return
         deciding = {"over_penalized": proposal_deny, "under_penalized": misuse_call,
                     "execution_hallucination": misuse_call}
         if any(counters[kind].any() for kind in deciding):
@@ -261,15 +267,17 @@ class ClassifyFn(beam.DoFn):
 class Classify(beam.PTransform):
     """Resolved -> scored-call tables (main), scored-trajectory tables
     (`trajectories`), per-group statistics (`stats`) and the batch's evidence
-    (`evidence`, transforms.evidence)."""
+    (`evidence`, transforms.evidence); without `with_calls`, no scored calls
+    and no evidence."""
 
-    def __init__(self, mode: str):
+    def __init__(self, mode: str, with_calls: bool = True):
         super().__init__()
         self._mode = c.check_mode(mode)
+        self._with_calls = with_calls
 
     def expand(self, resolved: beam.PCollection[Resolved]) -> beam.pvalue.DoOutputsTuple:
         return resolved | "Classify calls" >> (
-            beam.ParDo(ClassifyFn(self._mode))
+            beam.ParDo(ClassifyFn(self._mode, self._with_calls))
             .with_output_types(pa.Table, **{Tag.STATS: dict, Tag.TRAJECTORIES: pa.Table, Tag.EVIDENCE: dict})
             .with_outputs(Tag.STATS, Tag.TRAJECTORIES, Tag.EVIDENCE, main="scored")
         )

@@ -53,18 +53,19 @@ _PAIRS_PER_CHUNK = 8192
 
 @dataclass(frozen=True)
 class Judged:
-    """What parsing the resolved arguments settles: the policy's ruling of
-    each context (indices into the policy's decisions, None without a policy)
-    and, where both texts are valid JSON objects, whether they are the same value."""
+    """What parsing the resolved arguments settles: each policy's ruling of
+    each context (`rulings`, per policy a {context: indices into its
+    decisions} dict) and, where both texts are valid JSON objects, whether
+    they are the same value."""
 
-    proposal: np.ndarray | None
-    commit: np.ndarray | None
+    rulings: list
     same_arguments: np.ndarray
 
 
-def judge(flat: FlatCalls, policy, asked: dict, comparable: np.ndarray) -> Judged:
-    """The policy's rulings (`asked[context]`: the calls to put to it) and the
-    JSON comparison of the `comparable` pairs.
+def judge(flat: FlatCalls, policies: list, asked: dict, comparable: np.ndarray) -> Judged:
+    """Each policy's rulings (`asked[context]`: the calls to put to it) and
+    the JSON comparison of the `comparable` pairs; the texts are read once
+    for all the policies.
 
     The commit context's ruling is the proposal's where its text and
     principal are byte for byte the proposal's (the policy sees the same call).
@@ -75,11 +76,11 @@ def judge(flat: FlatCalls, policy, asked: dict, comparable: np.ndarray) -> Judge
     left, right = flat.field("proposal.resolved_arguments"), flat.field("commit.resolved_arguments")
     same = equals(pc.equal(left, right), True)
     differ = comparable & ~same
-    rulings = {context: np.zeros(len(left), np.int32) for context in asked}
+    rulings = [{context: np.zeros(len(left), np.int32) for context in asked} for _ in policies]
     need = {context: np.zeros(len(left), bool) for context in asked}
     reuse = np.zeros(len(left), bool)
     ask = None
-    if policy is not None:
+    if policies:
         tools = flat.field("tool")
         principals = {context: flat.field(f"{context}.principal") for context in asked}
         reuse = asked["proposal"] & asked["commit"] & same & equals(pc.equal(*principals.values()), True)
@@ -87,7 +88,8 @@ def judge(flat: FlatCalls, policy, asked: dict, comparable: np.ndarray) -> Judge
 
         def ask(context: str, at: np.ndarray, arguments) -> None:
             taken = pa.array(at)
-            rulings[context][at] = policy.rulings(tools.take(taken), principals[context].take(taken), arguments)
+            for policy, ruled in zip(policies, rulings):
+                ruled[context][at] = policy.rulings(tools.take(taken), principals[context].take(taken), arguments)
 
     if jsontext.native():
         for context, texts in (("proposal", left), ("commit", right)):
@@ -98,10 +100,9 @@ def judge(flat: FlatCalls, policy, asked: dict, comparable: np.ndarray) -> Judge
         same[pairs] = jsontext.same_values(left, right, pairs)
     else:
         _judge_parsed(left, right, need, differ, same, ask)
-    if policy is None:
-        return Judged(None, None, same)
-    rulings["commit"][reuse] = rulings["proposal"][reuse]
-    return Judged(rulings["proposal"], rulings["commit"], same)
+    for ruled in rulings:
+        ruled["commit"][reuse] = ruled["proposal"][reuse]
+    return Judged(rulings, same)
 
 
 def _judge_parsed(left: pa.Array, right: pa.Array, need: dict, differ: np.ndarray, same: np.ndarray, ask) -> None:
@@ -191,6 +192,14 @@ def resolve_calls(flat: FlatCalls, mode: str, policy, considered: np.ndarray) ->
     The results are meaningful for the `considered` calls (those of complete
     rows) only, and only those are put to the policy.
     """
+    return resolve_calls_under(flat, mode, [policy] if policy is not None else [], considered)[0]
+
+
+def resolve_calls_under(flat: FlatCalls, mode: str, policies: list, considered: np.ndarray) -> list:
+    """resolve_calls under each of `policies` (compiled), or without a policy
+    when the list is empty: one CallResolution each. What no policy changes
+    (which texts are JSON objects, which argument pairs are the same value,
+    realization) is worked out once for all of them."""
     arguments, proposal_arguments = flat.field("arguments"), flat.field("proposal.resolved_arguments")
     arguments_ok = json_object(arguments)
     proposal_ok = json_object(proposal_arguments, arguments, arguments_ok)
@@ -202,26 +211,47 @@ def resolve_calls(flat: FlatCalls, mode: str, policy, considered: np.ndarray) ->
     audited = comparable & arguments_ok
     asked = {"proposal": proposal_ok & considered, "commit": commit_ok & considered & has_commit}
     # same_arguments is meaningful where comparable; strict mode reads it too.
-    judged = judge(flat, policy, asked, comparable)
-    same_arguments = judged.same_arguments
-    decisions = policy.decisions if policy is not None else ()
-    proposal = context_verdicts(flat, "proposal", judged.proposal, decisions)
-    commit = context_verdicts(flat, "commit", judged.commit, decisions)
+    judged = judge(flat, policies, asked, comparable)
     realized = _realized(flat)
-    audit = audit_masks(flat, proposal, commit, realized, audited, same_arguments)
-    malformed = ~(arguments_ok & proposal_ok)
+    shared = _Shared(arguments_ok, proposal_ok, commit_ok, has_commit, audited, judged.same_arguments, realized)
+    if not policies:
+        return [_resolution(flat, mode, shared, {"proposal": None, "commit": None}, ())]
+    return [_resolution(flat, mode, shared, ruled, policy.decisions)
+            for policy, ruled in zip(policies, judged.rulings)]
+
+
+@dataclass(frozen=True)
+class _Shared:
+    """What resolve_calls_under works out once for every policy."""
+
+    arguments_ok: np.ndarray
+    proposal_ok: np.ndarray
+    commit_ok: np.ndarray
+    has_commit: np.ndarray
+    audited: np.ndarray
+    same_arguments: np.ndarray
+    realized: pa.Array
+
+
+def _resolution(flat: FlatCalls, mode: str, shared: _Shared, rulings: dict, decisions) -> CallResolution:
+    """The CallResolution under one policy's `rulings` (None: no policy)."""
+    has_commit, same_arguments, realized = shared.has_commit, shared.same_arguments, shared.realized
+    proposal = context_verdicts(flat, "proposal", rulings["proposal"], decisions)
+    commit = context_verdicts(flat, "commit", rulings["commit"], decisions)
+    audit = audit_masks(flat, proposal, commit, realized, shared.audited, same_arguments)
+    malformed = ~(shared.arguments_ok & shared.proposal_ok)
     reasons = {c.NO_VERDICT: is_null(proposal.value), c.MALFORMED_ARGUMENTS: malformed}
     if mode == c.PROPOSAL:
         # The commit's recorded verdict is reported beside the score, unjudged.
         return CallResolution(proposal, context_verdicts(flat, "commit", None), realized, reasons, audit)
 
-    reasons[c.MALFORMED_ARGUMENTS] = malformed | (has_commit & ~commit_ok)
+    reasons[c.MALFORMED_ARGUMENTS] = malformed | (has_commit & ~shared.commit_ok)
     reasons[c.NO_VERDICT] = reasons[c.NO_VERDICT] | (has_commit & is_null(commit.value))
     reasons[c.NO_COMMIT_CONTEXT] = ~has_commit
     if mode == c.STRICT:
         both_verdicts = has_commit & ~is_null(proposal.value) & ~is_null(commit.value)
         reasons[c.VERDICT_DIVERGED] = both_verdicts & ~equals(pc.equal(proposal.value, commit.value), True)
-        both_valid = has_commit & proposal_ok & commit_ok
+        both_valid = has_commit & shared.proposal_ok & shared.commit_ok
         reasons[c.ARGUMENTS_DIVERGED] = both_valid & ~same_arguments
         principals = pc.equal(flat.field("proposal.principal"), flat.field("commit.principal"))
         reasons[c.PRINCIPAL_DIVERGED] = has_commit & ~equals(principals, True)
@@ -284,6 +314,33 @@ def _unscored_reasons(flat: FlatCalls, resolution: CallResolution, unscored_call
     return reasons, details
 
 
+@dataclass(frozen=True)
+class BatchOutcome:
+    """What one resolution makes of a Checked batch: the Resolved form of its
+    scorable rows (`scored_rows`), the validity audit's statistics, and the
+    UNSCORED table of the complete rows some call of which is unscored
+    (None: there are none)."""
+
+    resolved: Resolved
+    scored_rows: np.ndarray
+    validity: dict
+    unscored: pa.Table | None
+
+
+def batch_outcome(checked: Checked, flat: FlatCalls, resolution: CallResolution) -> BatchOutcome:
+    batch = checked.batch
+    unscored_calls = resolution.unscored & checked.complete[flat.row]
+    unscored = flat.any_per_row(unscored_calls)
+    scored_rows = checked.complete & ~unscored
+    table = None
+    if unscored.any():
+        rows = np.flatnonzero(unscored)
+        reasons, details = _unscored_reasons(flat, resolution, unscored_calls, rows)
+        table = unscored_table(batch.filter(pa.array(unscored)), reasons, details)
+    return BatchOutcome(_resolved(batch, flat, resolution, scored_rows), scored_rows,
+                        validity_statistics(batch, flat, resolution.audit), table)
+
+
 class ResolveContextsFn(beam.DoFn):
     def __init__(self, mode: str, policy=None):
         self._mode = mode
@@ -291,22 +348,15 @@ class ResolveContextsFn(beam.DoFn):
         self._unscored = Metrics.counter(NAMESPACE, "trajectories_with_unscored_calls")
 
     def process(self, checked: Checked):
-        batch = checked.batch
-        flat = FlatCalls.of(batch)
-        considered = checked.complete[flat.row]
-        resolution = resolve_calls(flat, self._mode, self._policy, considered)
-        unscored_calls = resolution.unscored & considered
-        unscored = flat.any_per_row(unscored_calls)
-        yield _resolved(batch, flat, resolution, checked.complete & ~unscored)
-        validity = validity_statistics(batch, flat, resolution.audit)
-        if validity:
-            yield beam.pvalue.TaggedOutput(Tag.VALIDITY, validity)
-        if unscored.any():
-            rows = np.flatnonzero(unscored)
-            self._unscored.inc(len(rows))
-            reasons, details = _unscored_reasons(flat, resolution, unscored_calls, rows)
-            table = unscored_table(batch.filter(pa.array(unscored)), reasons, details)
-            yield beam.pvalue.TaggedOutput(Tag.UNSCORED, table)
+        flat = FlatCalls.of(checked.batch)
+        resolution = resolve_calls(flat, self._mode, self._policy, checked.complete[flat.row])
+        outcome = batch_outcome(checked, flat, resolution)
+        yield outcome.resolved
+        if outcome.validity:
+            yield beam.pvalue.TaggedOutput(Tag.VALIDITY, outcome.validity)
+        if outcome.unscored is not None:
+            self._unscored.inc(outcome.unscored.num_rows)
+            yield beam.pvalue.TaggedOutput(Tag.UNSCORED, outcome.unscored)
 
 
 class ResolveContexts(beam.PTransform):

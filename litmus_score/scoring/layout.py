@@ -75,3 +75,9 @@ EVIDENCE_SCHEMA = "litmus-evidence/1"
 # and the names a slice sums together beyond its bound (--max_slice_keys).
 NO_TASK = "(none)"
 OTHER = "(other)"
+
+# `whatif`'s folder: OUTPUT/<policy name>/metrics.json (and policy.json) per
+# policy, OUTPUT/whatif.json, the manifest, _SUCCESS.
+WHATIF_FILE = "whatif.json"
+WHATIF_SCHEMA = "litmus-whatif/1"
+WHATIF_MANIFEST_SCHEMA = "litmus-whatif-manifest/1"
