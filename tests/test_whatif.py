@@ -6,6 +6,7 @@ give when each trajectory is scored under the base and the candidate; bad
 candidates and clashing names are refused before the output is touched.
 """
 
+import random
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -20,7 +21,7 @@ from litmus_score.synthetic import generate
 from pipeline.cli import main
 from tests import builders as b
 from tests.conftest import RUNNER, load_json
-from transforms.whatif import sample_key
+from transforms.whatif import SAMPLE_PER_RULE, FlipsCombineFn, new_summary, sample_key
 
 BASE = Path(__file__).resolve().parents[1] / "configs" / "policy.yaml"
 # Rules the demo's candidates add to the base policy, each deciding some call the demo records no verdict for.
@@ -111,6 +112,7 @@ def demo(tmp_path_factory):
     return {"folder": folder, "shards": shards, "candidates": candidates, "code": code, "output": folder / "whatif"}
 
 
+@pytest.mark.slow
 def test_demo_whatif_names_the_flips_per_rule(demo):
     assert demo["code"] == Exit.OK
     document = load_json(demo["output"] / "whatif.json")
@@ -121,6 +123,7 @@ def test_demo_whatif_names_the_flips_per_rule(demo):
     check_against_reference(document, demo["shards"], BASE, demo["candidates"])
 
 
+@pytest.mark.slow
 def test_demo_metrics_are_those_of_score(demo):
     for policy in (BASE, demo["candidates"][0]):
         output = demo["folder"] / f"score-{policy.stem}"
@@ -129,6 +132,7 @@ def test_demo_metrics_are_those_of_score(demo):
             assert (demo["output"] / policy.stem / name).read_bytes() == (output / name).read_bytes()
 
 
+@pytest.mark.slow
 def test_demo_ledger_is_the_metrics_per_agent(demo):
     document = load_json(demo["output"] / "whatif.json")
     base = load_json(demo["output"] / "policy" / "metrics.json")
@@ -144,6 +148,7 @@ def test_demo_ledger_is_the_metrics_per_agent(demo):
         assert total == mine["totals"]["over_penalized"] - base["totals"]["over_penalized"]
 
 
+@pytest.mark.slow
 def test_manifest_lists_every_output(demo):
     manifest = load_json(demo["output"] / "manifest.json")
     paths = {entry["path"] for entry in manifest["outputs"]}
@@ -168,6 +173,7 @@ def unrecorded(folder: Path, trajectories: int, seed: int) -> str:
     return str(folder / "shards" / "*.parquet")
 
 
+@pytest.mark.slow
 def test_whatif_end_to_end_on_generated_shards(tmp_path):
     shards = unrecorded(tmp_path, 400, seed=3)
     candidates = [
@@ -195,6 +201,7 @@ def test_whatif_end_to_end_on_generated_shards(tmp_path):
         assert totals["input"] == 400 == totals["scored"] + totals["unscored"]
 
 
+@pytest.mark.slow
 def test_whatif_json_does_not_depend_on_batches(tmp_path):
     shards = unrecorded(tmp_path, 150, seed=5)
     candidates = [candidate(tmp_path, "strict", add=[{"id": "no-deletes", "tool": "delete_records",
@@ -236,3 +243,43 @@ def test_flags_of_score_a_whatif_does_not_take_are_refused(tmp_path, capsys, fla
     code = whatif(str(tmp_path / "none-*.parquet"), tmp_path / "out", BASE, [candidate(tmp_path, "c")], *flags)
     assert code == Exit.USAGE
     assert flags[0] in capsys.readouterr().err
+
+
+def summaries(seed: int, n: int) -> list:
+    """`n` flip summaries of made-up calls, each flipped by one of two rules."""
+    chooser = random.Random(seed)
+    made = []
+    for i in range(n):
+        summary = new_summary()
+        summary["calls"] = {"compared": 10, "flipped": 3}
+        for j in range(3):
+            rule = chooser.choice(["r1", "r2"])
+            summary["by_rule"].setdefault(rule, {"to_deny": 0, "to_allow": 0})["to_deny"] += 1
+            key = sample_key("run", f"t{i}", f"c{j}")
+            summary["sample"].setdefault(rule, []).append((key, {"trajectory_id": f"t{i}", "call_id": f"c{j}"}))
+        made.append(summary)
+    return made
+
+
+def test_flips_combine_the_same_on_every_merge_path():
+    fn = FlipsCombineFn()
+    parts = summaries(7, 9)
+    one_by_one = fn.create_accumulator()
+    for part in parts:
+        one_by_one = fn.add_input(one_by_one, part)
+    # Three accumulators merged, the last added to after its merge.
+    thirds = []
+    for chunk in (parts[:3], parts[3:6], parts[6:8]):
+        accumulator = fn.create_accumulator()
+        for part in chunk:
+            accumulator = fn.add_input(accumulator, part)
+        thirds.append(accumulator)
+    merged = fn.add_input(fn.merge_accumulators(reversed(thirds)), parts[8])
+    assert fn.extract_output(merged) == fn.extract_output(one_by_one)
+    output = fn.extract_output(one_by_one)
+    assert output["calls"] == {"compared": 90, "flipped": 27}
+    assert sum(rule["to_deny"] for rule in output["by_rule"]) == 27
+    every = {rule: sorted(key for part in parts for key, _ in part["sample"].get(rule, [])) for rule in ("r1", "r2")}
+    for rule, cases in output["sample"].items():
+        kept = [sample_key("run", case["trajectory_id"], case["call_id"]) for case in cases]
+        assert kept == every[rule][:SAMPLE_PER_RULE]
