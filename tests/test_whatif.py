@@ -196,9 +196,12 @@ def test_whatif_end_to_end_on_generated_shards(tmp_path):
         assert score(shards, output, policy) == Exit.OK
         assert (tmp_path / "out" / policy.stem / "metrics.json").read_bytes() == (output / "metrics.json").read_bytes()
     # Every input row is accounted for under every policy.
-    for policy in (BASE, *candidates):
-        totals = load_json(tmp_path / "out" / policy.stem / "metrics.json")["totals"]["trajectories"]
-        assert totals["input"] == 400 == totals["scored"] + totals["unscored"]
+    for entry in (document["base"], *document["candidates"]):
+        accounted = entry["accounted"]
+        assert accounted["input"] == 400 == accounted["scored"] + accounted["unscored"]
+        assert accounted == {key: value for key, value in load_json(
+            tmp_path / "out" / entry["name"] / "metrics.json")["totals"]["trajectories"].items() if key in accounted}
+    assert document["candidates"][2]["accounted"]["unscored_by_reason"]["no_verdict"] > 0
 
 
 @pytest.mark.slow

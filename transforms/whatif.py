@@ -77,8 +77,9 @@ def flip_summary(batch: pa.RecordBatch, flat: FlatCalls, mode: str, base: tuple,
                                "scored_under_candidate_only": int((candidate_rows & ~base_rows).sum())}
     compared = both[flat.row]
     summary["calls"]["compared"] = int(compared.sum())
+    resolutions = {"base": base_resolution, "candidate": candidate_resolution}
     denies = {side: {context: equals(getattr(resolution, context).value, c.DENY) for context in CONTEXTS}
-              for side, resolution in (("base", base_resolution), ("candidate", candidate_resolution))}
+              for side, resolution in resolutions.items()}
     changed = {context: compared & (denies["base"][context] != denies["candidate"][context]) for context in CONTEXTS}
     flipped = np.flatnonzero(changed["proposal"] | changed["commit"])
     summary["calls"]["flipped"] = len(flipped)
@@ -89,36 +90,43 @@ def flip_summary(batch: pa.RecordBatch, flat: FlatCalls, mode: str, base: tuple,
     categories = {side: categorize_columns(mode, denies[side]["proposal"], denies[side]["commit"], realized)
                   for side in denies}
     rows = flat.row[flipped]
-    identity = {name: batch.column(name).take(pa.array(rows)).to_pylist()
-                for name in ("run_id", "agent", "trajectory_id")}
-    fields = {name: flat.field(name).take(pa.array(flipped)).to_pylist() for name in ("call_id", "tool", "arguments")}
-    principals = {context: flat.field(f"{context}.principal").take(pa.array(flipped)).to_pylist()
-                  for context in CONTEXTS}
+    identity = {name: batch.column(name).take(pa.array(rows)).to_pylist() for name in ("run_id", "trajectory_id")}
+    call_ids = flat.field("call_id").take(pa.array(flipped)).to_pylist()
+    keys = [sample_key(*parts) for parts in zip(identity["run_id"], identity["trajectory_id"], call_ids)]
+    decided_by = {side: {context: getattr(resolution, context).decided_by.take(pa.array(flipped)).to_pylist()
+                         for context in CONTEXTS}
+                  for side, resolution in resolutions.items()}
+    # Per rule, the flipped calls (positions in `flipped`) it caused.
+    caused: dict = {}
     for i, at in enumerate(flipped.tolist()):
         rules = set()
         for context in CONTEXTS:
             if changed[context][at]:
                 now_denied = bool(denies["candidate"][context][at])
-                denier = candidate_resolution if now_denied else base_resolution
-                rules.add((getattr(denier, context).decided_by[at].as_py(), "to_deny" if now_denied else "to_allow"))
-        base_category, candidate_category = names[categories["base"][at]], names[categories["candidate"][at]]
-        if base_category != candidate_category:
-            change = f"{base_category} -> {candidate_category}"
+                denier = decided_by["candidate" if now_denied else "base"][context][i]
+                rules.add((denier, "to_deny" if now_denied else "to_allow"))
+        for rule, direction in rules:
+            summary["by_rule"].setdefault(rule, {"to_deny": 0, "to_allow": 0})[direction] += 1
+            caused.setdefault(rule, set()).add(i)
+        before, after = names[categories["base"][at]], names[categories["candidate"][at]]
+        if before != after:
+            change = f"{before} -> {after}"
             summary["category_changes"][change] = summary["category_changes"].get(change, 0) + 1
-        case = {"run_id": identity["run_id"][i], "agent": identity["agent"][i],
-                "trajectory_id": identity["trajectory_id"][i], "call_id": fields["call_id"][i],
-                "tool": fields["tool"][i], "arguments": _cut(fields["arguments"][i]),
-                **{f"{context}_principal": principals[context][i] for context in CONTEXTS},
-                "base": _side(base_resolution, base_category, at),
-                "candidate": _side(candidate_resolution, candidate_category, at)}
-        key = sample_key(case["run_id"], case["trajectory_id"], case["call_id"])
-        for rule, direction in sorted(rules, key=str):
-            counts = summary["by_rule"].setdefault(rule, {"to_deny": 0, "to_allow": 0})
-            counts[direction] += 1
-            summary["sample"].setdefault(rule, []).append((key, case))
-    for rule, cases in summary["sample"].items():
-        summary["sample"][rule] = sorted(cases, key=lambda keyed: keyed[0])[:SAMPLE_PER_RULE]
+    sides = {side: (resolution, categories[side]) for side, resolution in resolutions.items()}
+    for rule, positions in caused.items():
+        kept = sorted(positions, key=keys.__getitem__)[:SAMPLE_PER_RULE]
+        summary["sample"][rule] = [(keys[i], _case(batch, flat, int(flipped[i]), sides, names)) for i in kept]
     return summary
+
+
+def _case(batch: pa.RecordBatch, flat: FlatCalls, at: int, sides: dict, names) -> dict:
+    """A flipped call as evidence: who, what, and under each policy its category and verdicts."""
+    row = int(flat.row[at])
+    call = flat.calls[at].as_py()
+    return {**{name: batch.column(name)[row].as_py() for name in ("run_id", "agent", "trajectory_id")},
+            "call_id": call["call_id"], "tool": call["tool"], "arguments": _cut(call["arguments"]),
+            **{f"{context}_principal": (call[context] or {}).get("principal") for context in CONTEXTS},
+            **{side: _side(resolution, names[categories[at]], at) for side, (resolution, categories) in sides.items()}}
 
 
 def merge_summaries(into: dict, other: dict) -> dict:

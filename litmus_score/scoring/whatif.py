@@ -52,8 +52,13 @@ def whatif_document(adjudication: str, policies: list, metrics: list, flips: dic
     their metrics.json documents in the same order; `flips` candidate index
     -> its flips (transforms.whatif.FlipsCombineFn); `diffs` each
     candidate's rule-level diff from the base (policy.policy_diff)."""
+    # Every input row under each policy: scored, or unscored with its reasons.
+    accounted = [{"accounted": {key: document["totals"]["trajectories"][key]
+                                for key in ("input", "scored", "unscored", "unscored_by_reason")}}
+                 for document in metrics]
     candidates = []
     for index in range(1, len(policies)):
-        candidates.append({**policies[index], "policy_diff": diffs[index - 1], **flips[index],
+        candidates.append({**policies[index], **accounted[index], "policy_diff": diffs[index - 1], **flips[index],
                            "ledger": ledger(metrics[0], metrics[index])})
-    return {"schema": WHATIF_SCHEMA, "adjudication": adjudication, "base": policies[0], "candidates": candidates}
+    return {"schema": WHATIF_SCHEMA, "adjudication": adjudication, "base": {**policies[0], **accounted[0]},
+            "candidates": candidates}
