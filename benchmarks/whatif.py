@@ -79,6 +79,7 @@ def main(argv=None):
     for _ in range(args.repeat):
         for name, command in commands.items():
             shutil.rmtree(output, ignore_errors=True)  # left by an interrupted run
+            print(f"{name}...", file=sys.stderr)
             times[name].append(run([sys.executable, "-m", "pipeline", *command, "--input", pattern,
                                     "--output", str(output), *beam_args])[:3])
             if calls is None:

@@ -205,17 +205,23 @@ class ArgumentTexts:
     def __init__(self, texts: pa.Array, rows: np.ndarray):
         self._texts, self._rows = texts, np.asarray(rows, np.int64)
         self._parsed: dict = {}
+        # (path, the calls read) -> its columns: policies that read the same (a what-if's) share them.
+        self._columns: dict = {}
 
     def objects(self) -> list:
         return jsontext.parse_objects(self._texts.take(pa.array(self._rows))) if len(self._rows) else []
 
     def columns(self, readers: dict) -> dict:
-        paths = list(readers)
-        found = jsontext.extract(self._texts, self._rows, paths, np.array([readers[path] for path in paths], bool))
-        every = np.arange(len(self._rows))
-        return {path: (Values(found["kinds"][i], found["numbers"][i], found["truth"][i], found["inexact"][i],
-                              found["strings"][i], functools.partial(self._value, path)), every)
-                for i, path in enumerate(paths)}
+        keys = {path: (path, np.asarray(calls, bool).tobytes()) for path, calls in readers.items()}
+        paths = [path for path, key in keys.items() if key not in self._columns]
+        if paths:
+            found = jsontext.extract(self._texts, self._rows, paths, np.array([readers[path] for path in paths], bool))
+            every = np.arange(len(self._rows))
+            for i, path in enumerate(paths):
+                self._columns[keys[path]] = (Values(found["kinds"][i], found["numbers"][i], found["truth"][i],
+                                                    found["inexact"][i], found["strings"][i],
+                                                    functools.partial(self._value, path)), every)
+        return {path: self._columns[key] for path, key in keys.items()}
 
     def _value(self, path: tuple, i: int):
         if i not in self._parsed:
