@@ -286,3 +286,19 @@ def test_flips_combine_the_same_on_every_merge_path():
     for rule, cases in output["sample"].items():
         kept = [sample_key("run", case["trajectory_id"], case["call_id"]) for case in cases]
         assert kept == every[rule][:SAMPLE_PER_RULE]
+
+
+@pytest.mark.slow
+def test_a_batch_that_raises_is_kept_as_unscored_under_every_policy(tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr("transforms.whatif.resolve_calls_under", broken)
+    rows = [b.trajectory(f"t{i}", b.calls_of(("allow", b.commit()))) for i in range(3)]
+    rows[1]["episode_outcome"] = "truncated"
+    b.write_shard(tmp_path / "x.parquet", rows)
+    code = whatif(str(tmp_path / "x.parquet"), tmp_path / "out", BASE, [candidate(tmp_path, "c")])
+    assert code == Exit.INCOMPLETE_INPUT
+    for name in ("policy", "c"):
+        reasons = load_json(tmp_path / "out" / name / "metrics.json")["totals"]["trajectories"]["unscored_by_reason"]
+        assert (reasons["pipeline_error"], reasons["truncated"]) == (2, 1)
