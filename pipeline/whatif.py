@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import posixpath
+from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -79,12 +80,15 @@ def check_names(files: list) -> list:
     return list(seen)
 
 
+@dataclass(frozen=True)
 class WhatIfConfig:
     """A what-if's validated options: the scoring options (`run`, whose policy
     is the base), and every policy with its file and name, the base first."""
 
-    def __init__(self, run: RunConfig, files: list, policies: list, names: list):
-        self.run, self.files, self.policies, self.names = run, files, policies, names
+    run: RunConfig
+    files: list
+    policies: list
+    names: list
 
     def folder_kind(self) -> publish.FolderKind:
         return publish.FolderKind("what-if", WHATIF_NAMES | frozenset(self.names), SUCCESS_MARKER)
@@ -235,6 +239,9 @@ def main(argv) -> Exit:
                         "job; other flags go to Beam.")
         ScoreOptions._add_argparse_args(parser)
         WhatIfOptions._add_argparse_args(parser)
+        for action in parser._actions:
+            if action.dest in NOT_TAKEN:
+                action.help = argparse.SUPPRESS
         parser.print_help()
         return Exit.OK
     try:
