@@ -62,6 +62,11 @@ used: its outcome (a task with any misuse) is coarser than the rate judged,
 and choosing per agent between two tests after seeing the data would spend
 the level twice.
 
+What drove it. For each agent that regressed or is watched, `drivers`
+gives the change in misuse per tool and per task category between the two
+runs, from their metrics' slices, largest contribution first and bounded
+(litmus_score.scoring.drivers); null for every other agent.
+
 The document names its baseline (`baseline`: the folder and night the
 caller read it from, its run_ids, and the rules it was scored under) and
 lists the rules that differ from the new run's (`rules_changed`). The rules
@@ -89,6 +94,7 @@ from pydantic_core import PydanticCustomError
 from litmus_score.exits import Exit
 from litmus_score.scoring import configfile
 from litmus_score.scoring import contract as c
+from litmus_score.scoring import drivers as d
 from litmus_score.scoring.layout import COMPARISON_SCHEMA, NO_TASK, OTHER
 from litmus_score.scoring.stats import Z95, wilson_interval
 
@@ -226,6 +232,8 @@ class _Pooled:
         # task_id -> [scored trajectories, misuse trajectories]; None once
         # some group lacks slices, since a partial merge would mislead.
         self.tasks: dict | None = {}
+        # drivers.DIMENSIONS -> {name: (total, misuse)}, None the same way.
+        self.slices: dict = {dimension: {} for dimension in d.DIMENSIONS}
 
     def summary(self) -> dict:
         rate = self.misuse / self.scored if self.scored else None
@@ -236,6 +244,27 @@ def _count(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{where}: expected a non-negative integer, got {value!r}")
     return value
+
+
+def _pool_slices(pooled: _Pooled, group: Mapping, where: str) -> None:
+    """Adds a group's tool and task-category slices (drivers.DIMENSIONS) into the agent's."""
+    for dimension, (key, unit) in d.DIMENSIONS.items():
+        names = (group.get("slices") or {}).get(key)
+        if names is None or pooled.slices[dimension] is None:
+            pooled.slices[dimension] = None
+            continue
+        if not isinstance(names, Mapping):
+            raise ValueError(f"{where}.slices.{key}: expected an object")
+        merged = pooled.slices[dimension]
+        for name, counts in names.items():
+            field = f"{where}.slices.{key}[{name!r}]"
+            try:
+                total = _count(counts[unit], f"{field}.{unit}")
+                misuse = _count(counts["misuse"]["count"], f"{field}.misuse.count")
+            except (KeyError, TypeError) as error:
+                raise ValueError(f"{field}: missing or malformed field ({error!r})") from None
+            before = merged.get(name, (0, 0))
+            merged[name] = (before[0] + total, before[1] + misuse)
 
 
 def _pool(document: Any, label: str) -> dict:
@@ -262,6 +291,7 @@ def _pool(document: Any, label: str) -> dict:
         pooled = agents.setdefault(agent, _Pooled())
         pooled.scored += scored
         pooled.misuse += misuse
+        _pool_slices(pooled, group, where)
         if slices is None:
             pooled.tasks = None
         elif pooled.tasks is not None:
@@ -475,8 +505,12 @@ def compare_metrics(
         else:
             entry = _judge(new_agents[agent], old_agents[agent], thresholds)
         entries.append({"agent": agent, "new": None, "old": None, "difference": None, "ci95": None,
-                        "paired_tasks": None, "rise_p_value": None, **entry})
+                        "paired_tasks": None, "rise_p_value": None, "drivers": None, **entry})
     _control(entries, thresholds)
+    for entry in entries:
+        if entry["verdict"] in (REGRESSION, WATCH):
+            new_agent, old_agent = new_agents[entry["agent"]], old_agents[entry["agent"]]
+            entry["drivers"] = d.drivers(new_agent.slices, old_agent.slices, (new_agent.scored, old_agent.scored))
     regressions = [entry["agent"] for entry in entries if entry["verdict"] == REGRESSION]
     return {
         **document,
