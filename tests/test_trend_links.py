@@ -60,3 +60,13 @@ def test_a_policy_change_is_labelled_with_its_rules_and_leads_to_its_night():
     assert '<tr id="night-2">' in page
     row = page[page.index('<tr id="night-2">'):page.index('<tr id="night-3">')]
     assert "rule added: <span class=\"mono\">a</span>" in row and "rule changed: <span class=\"mono\">c</span>" in row
+
+
+def test_a_change_label_in_the_right_half_ends_at_its_rule():
+    """So that a change on one of the last nights is not cut at the chart's edge."""
+    nights = trend.trend_document([night(f"2026-12-0{day}", f"date=2026-12-0{day}", "ab" * 32 if day < 4 else "cd" * 32)
+                                   for day in range(1, 5)])
+    page = render_trend(nights)
+    label = page[page.index('<a href="#night-4"><text'):]
+    assert 'text-anchor="end"' in label[:label.index(">policy changed")]
+    assert 'text-anchor="end"' not in render_trend(document(["x", "y", "z"])).split("policy changed")[0][-200:]

@@ -105,8 +105,10 @@ def _chart(title: str, points, nights) -> Markup:
     geometry = Geometry(len(nights), max(highest * 1.1, 0.05))
     ticks = nice_ticks(geometry.limit, integer=False)
     alerts = [geometry.x(index_of[p["date"]]) for p in points if p["alert"]]
-    changes = [{"x": round(geometry.x(i) - geometry.step / 2, 1), "label": _change_label(night), "row": i + 1}
-               for i, night in enumerate(nights) if night["rules_changed"]]
+    # A label right of its rule, or left of it in the chart's right half, so that it is not cut at the edge.
+    changes = [{"x": x, "label": _change_label(night), "row": i + 1, "end": x > WIDTH / 2}
+               for i, night in enumerate(nights) if night["rules_changed"]
+               for x in [round(geometry.x(i) - geometry.step / 2, 1)]]
     every = max(1, round(len(nights) / 16))  # date labels that do not overlap
     return Markup(_SVG.render(
         width=WIDTH, height=HEIGHT, left=LEFT, right=WIDTH - RIGHT, top=TOP, bottom=HEIGHT - BOTTOM,
