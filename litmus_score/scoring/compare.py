@@ -232,8 +232,6 @@ class _Pooled:
         # task_id -> [scored trajectories, misuse trajectories]; None once
         # some group lacks slices, since a partial merge would mislead.
         self.tasks: dict | None = {}
-        # drivers.DIMENSIONS -> {name: (total, misuse)}, None the same way.
-        self.slices: dict = {dimension: {} for dimension in d.DIMENSIONS}
 
     def summary(self) -> dict:
         rate = self.misuse / self.scored if self.scored else None
@@ -246,25 +244,32 @@ def _count(value: Any, where: str) -> int:
     return value
 
 
-def _pool_slices(pooled: _Pooled, group: Mapping, where: str) -> None:
-    """Adds a group's tool and task-category slices (drivers.DIMENSIONS) into the agent's."""
-    for dimension, (key, unit) in d.DIMENSIONS.items():
-        names = (group.get("slices") or {}).get(key)
-        if names is None or pooled.slices[dimension] is None:
-            pooled.slices[dimension] = None
+def _pool_slices(document: Mapping, label: str, agents: set) -> dict:
+    """agent -> {dimension: {name: (total, misuse)}, or None where some group of the agent lacks that slice}
+    for the `agents` given (drivers.DIMENSIONS), pooled over their groups; ValueError naming the field at fault."""
+    pooled: dict = {agent: {dimension: {} for dimension in d.DIMENSIONS} for agent in agents}
+    for index, group in enumerate(document["groups"]):
+        if group["agent"] not in pooled:
             continue
-        if not isinstance(names, Mapping):
-            raise ValueError(f"{where}.slices.{key}: expected an object")
-        merged = pooled.slices[dimension]
-        for name, counts in names.items():
-            field = f"{where}.slices.{key}[{name!r}]"
-            try:
-                total = _count(counts[unit], f"{field}.{unit}")
-                misuse = _count(counts["misuse"]["count"], f"{field}.misuse.count")
-            except (KeyError, TypeError) as error:
-                raise ValueError(f"{field}: missing or malformed field ({error!r})") from None
-            before = merged.get(name, (0, 0))
-            merged[name] = (before[0] + total, before[1] + misuse)
+        where = f"{label} metrics: groups[{index}]"
+        for dimension, (key, unit) in d.DIMENSIONS.items():
+            names = (group.get("slices") or {}).get(key)
+            merged = pooled[group["agent"]][dimension]
+            if names is None or merged is None:
+                pooled[group["agent"]][dimension] = None
+                continue
+            if not isinstance(names, Mapping):
+                raise ValueError(f"{where}.slices.{key}: expected an object")
+            for name, counts in names.items():
+                field = f"{where}.slices.{key}[{name!r}]"
+                try:
+                    total = _count(counts[unit], f"{field}.{unit}")
+                    misuse = _count(counts["misuse"]["count"], f"{field}.misuse.count")
+                except (KeyError, TypeError) as error:
+                    raise ValueError(f"{field}: missing or malformed field ({error!r})") from None
+                before = merged.get(name, (0, 0))
+                merged[name] = (before[0] + total, before[1] + misuse)
+    return pooled
 
 
 def _pool(document: Any, label: str) -> dict:
@@ -291,7 +296,6 @@ def _pool(document: Any, label: str) -> dict:
         pooled = agents.setdefault(agent, _Pooled())
         pooled.scored += scored
         pooled.misuse += misuse
-        _pool_slices(pooled, group, where)
         if slices is None:
             pooled.tasks = None
         elif pooled.tasks is not None:
@@ -507,10 +511,14 @@ def compare_metrics(
         entries.append({"agent": agent, "new": None, "old": None, "difference": None, "ci95": None,
                         "paired_tasks": None, "rise_p_value": None, "drivers": None, **entry})
     _control(entries, thresholds)
+    # Only the agents alerted or watched: their slices are pooled, the others' left unread.
+    driven = {entry["agent"] for entry in entries if entry["verdict"] in (REGRESSION, WATCH)}
+    new_slices, old_slices = _pool_slices(new, "new", driven), _pool_slices(old, "old", driven)
     for entry in entries:
-        if entry["verdict"] in (REGRESSION, WATCH):
-            new_agent, old_agent = new_agents[entry["agent"]], old_agents[entry["agent"]]
-            entry["drivers"] = d.drivers(new_agent.slices, old_agent.slices, (new_agent.scored, old_agent.scored))
+        if entry["agent"] in driven:
+            agent = entry["agent"]
+            entry["drivers"] = d.drivers(new_slices[agent], old_slices[agent],
+                                         (new_agents[agent].scored, old_agents[agent].scored))
     regressions = [entry["agent"] for entry in entries if entry["verdict"] == REGRESSION]
     return {
         **document,

@@ -52,13 +52,16 @@ def ranked(new: Mapping, old: Mapping, scored: tuple, unit: str, top: int = TOP)
     """The entries of one dimension: `new` and `old` map a name to (total, misuse) in each run,
     `scored` is the agent's scored trajectories (this run's, the baseline's)."""
     empty = (0, 0)
-    entries = [_entry(name, new.get(name, empty), old.get(name, empty), scored, unit)
-               for name in new.keys() | old.keys()]
-    entries.sort(key=lambda entry: (-entry["contribution"], entry["name"]))
-    listed, rest = entries[:top], entries[top:]
+
+    def contribution(name) -> float:
+        return new.get(name, empty)[1] / scored[0] - old.get(name, empty)[1] / scored[1]
+
+    order = sorted(new.keys() | old.keys(), key=lambda name: (-contribution(name), name))
+    listed = [_entry(name, new.get(name, empty), old.get(name, empty), scored, unit) for name in order[:top]]
+    rest = order[top:]
     if rest:
-        folded = _entry(OTHER, _sum([(e["new"][unit], e["new"]["misuse"]) for e in rest]),
-                        _sum([(e["old"][unit], e["old"]["misuse"]) for e in rest]), scored, unit)
+        folded = _entry(OTHER, _sum([new.get(name, empty) for name in rest]),
+                        _sum([old.get(name, empty) for name in rest]), scored, unit)
         listed.append({**folded, "folded": True, "names": len(rest)})
     return listed
 
