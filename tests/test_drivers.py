@@ -113,6 +113,21 @@ def test_the_regressed_agent_gets_its_drivers_from_the_trajectories(nights):
         pytest.approx(by_agent["a"]["difference"], abs=1e-12)
 
 
+def test_a_watched_agent_gets_its_drivers_too():
+    """Past its bound, not confirmed by the corrected test: reported, with what drove it."""
+    new, old = trajectories(7, 600, quiet), trajectories(107, 600, quiet)
+    bounds = {"schema": "litmus-thresholds/1", "min_scored_trajectories": 50,
+              "misuse_rate": {"absolute_increase": 0.001}}
+    (entry,) = compare_metrics(document(as_group("r", "b", new)), document(as_group("r", "b", old)), bounds)["agents"]
+    assert entry["verdict"] == "watch"
+    assert sum(driver["contribution"] for driver in entry["drivers"]["task_category"]) == \
+        pytest.approx(entry["difference"], abs=1e-12)
+    want = expected(new, old, "tool")
+    assert {driver["name"]: driver["contribution"] for driver in entry["drivers"]["tool"] if not driver.get("folded")} \
+        == pytest.approx({driver["name"]: want[driver["name"]][4] for driver in entry["drivers"]["tool"]
+                          if not driver.get("folded")})
+
+
 def test_beyond_the_top_names_the_rest_are_folded_under_a_flag_no_name_can_carry(nights):
     drawn, comparison = nights
     tools = next(entry for entry in comparison["agents"] if entry["agent"] == "a")["drivers"]["tool"]
