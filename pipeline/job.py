@@ -109,6 +109,30 @@ def policy_diff_lines(diff: dict | None) -> list:
     return ["  policy diff (baseline -> this run):", *lines] if lines else []
 
 
+# Drivers per dimension the terminal names; comparison.json and the report hold more.
+TERMINAL_DRIVERS = 3
+
+
+def driver_lines(drivers: dict | None) -> list:
+    """What drove an agent's change (comparison.json's drivers), largest contribution first, for the terminal:
+    the first names only, never the folded rest."""
+    if drivers is None:
+        return []
+    lines = []
+    for dimension, label, unit in (("tool", "by tool", "calls"), ("task_category", "by task category", "trajectories")):
+        entries = drivers.get(dimension)
+        if entries is None:
+            continue
+        named = [entry for entry in entries if entry.get("folded") is not True]
+        shown = [f"{text.shown(entry['name'])} {entry['old']['misuse']}/{entry['old'][unit]} -> "
+                 f"{entry['new']['misuse']}/{entry['new'][unit]} ({entry['contribution'] * 100:+.1f})"
+                 for entry in named[:TERMINAL_DRIVERS]]
+        more = len(entries) - len(shown)
+        lines.append(f"    {label} (misuse {unit}, baseline -> this run; change per 100 scored trajectories): "
+                     + ", ".join(shown) + (f"; {more} more in comparison.json" if more > 0 else ""))
+    return lines
+
+
 def comparison_lines(comparison: dict) -> list:
     """The verdict per agent, or why it is withheld, for the terminal."""
     if comparison["withheld"]:
@@ -127,6 +151,7 @@ def comparison_lines(comparison: dict) -> list:
     for agent in comparison["agents"]:
         lines.append(f"  {text.shown(agent['agent'])}: {agent['verdict']}"
                      + (f" ({'; '.join(text.shown(r) for r in agent['reasons'])})" if agent["reasons"] else ""))
+        lines += driver_lines(agent.get("drivers"))
     return lines
 
 

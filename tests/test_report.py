@@ -87,12 +87,24 @@ def manifest_doc(files, policy="ab" * 32, issue="row group 2 lost"):
     }
 
 
+def drivers_doc(names):
+    """comparison.json's drivers for a regression: each name as a tool and a task category, then a fold."""
+    def entry(name, unit, new, old):
+        return {"name": name, "new": {unit: 40, "misuse": new, "rate": new / 40},
+                "old": {unit: 40, "misuse": old, "rate": old / 40}, "contribution": (new - old) / 100}
+
+    return {dimension: [entry(name, unit, 9 - i, 2) for i, name in enumerate(names)]
+            + [{**entry("(other)", unit, 3, 3), "folded": True, "names": 7}]
+            for dimension, unit in (("tool", "calls"), ("task_category", "trajectories"))}
+
+
 def comparison_doc(agents, reasons):
     def entry(agent, verdict):
         return {"agent": agent, "new": {"scored": 100, "misuse": 18, "rate": 0.18},
                 "old": {"scored": 100, "misuse": 10, "rate": 0.10}, "difference": 0.08, "ci95": [0.01, 0.15],
                 "paired_tasks": {"tasks": 40, "discordant_new_only": 9, "discordant_old_only": 2, "p_value": 0.0654},
-                "verdict": verdict, "reasons": list(reasons)}
+                "verdict": verdict, "reasons": list(reasons),
+                "drivers": drivers_doc(reasons) if verdict == "regression" else None}
     return {"schema": "litmus-comparison/1", "agents": [entry(agents[0], "regression"), entry(agents[1], "ok")],
             "regressions": [agents[0]]}
 

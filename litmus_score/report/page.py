@@ -159,6 +159,19 @@ def _slices(groups, totals) -> dict:
     }
 
 
+# Agents whose drivers the page shows (regressions first, then watch); comparison.json has every one's.
+MAX_DRIVER_AGENTS = 20
+
+
+def _drivers(agents) -> tuple:
+    """The agents with drivers (comparison.json's, per tool and task category), at most MAX_DRIVER_AGENTS,
+    and how many more have them."""
+    driven = [{"agent": a.get("agent"), "verdict": a.get("verdict"), "drivers": a["drivers"],
+               "css": a.get("verdict") if a.get("verdict") in ("regression", "watch") else "other"}
+              for a in agents if isinstance(a.get("drivers"), dict)]
+    return driven[:MAX_DRIVER_AGENTS], max(0, len(driven) - MAX_DRIVER_AGENTS)
+
+
 RULE_LABELS = {"spec": "spec version", "adjudication": "adjudication mode", "policy_sha256": "policy (sha256)"}
 
 
@@ -177,6 +190,7 @@ def _comparison(comparison) -> dict | None:
     rank = {verdict: index for index, verdict in enumerate(COMPARISON_ORDER)}
     agents, left = _top(comparison.get("agents") or [], lambda a: rank.get(a.get("verdict"), len(rank)), MAX_GROUPS)
     fields = ("agent", "verdict", "new", "old", "difference", "ci95", "paired_tasks")
+    driven, driven_left = _drivers(agents)
     return {
         "baseline": _baseline(comparison),
         "rules_changed": [dict(change, label=RULE_LABELS.get(change.get("rule"), display(change.get("rule"))))
@@ -186,6 +200,7 @@ def _comparison(comparison) -> dict | None:
                     "css": a.get("verdict") if a.get("verdict") in rank else "other",
                     "reasons": (a.get("reasons") or [])[:10]} for a in agents],
         "left_out": left,
+        "drivers": driven, "drivers_left": driven_left,
         "regressions": comparison.get("regressions") or [],
         "watch": comparison.get("watch") or [],
         "false_alarm_level": (comparison.get("thresholds") or {}).get("false_alarm_level"),

@@ -65,6 +65,11 @@ reported, never alerted on. Nothing else raises exit 3, so the level holds
 for the whole verdict: `require_significance` may only be true. The
 Newcombe interval and the two-sided McNemar test are reported beside it.
 
+What drove it. For each agent that regressed or is watched, `drivers`
+gives the change in misuse per tool and per task category between the two
+runs, from their metrics' slices, largest contribution first and bounded
+(litmus_score.scoring.drivers); null for every other agent.
+
 The document names its baseline (`baseline`: the folder and night the
 caller read it from, its run_ids, and the rules it was scored under) and
 lists the rules that differ from the new run's (`rules_changed`). The rules
@@ -92,6 +97,7 @@ from pydantic_core import PydanticCustomError
 from litmus_score.exits import Exit
 from litmus_score.scoring import configfile
 from litmus_score.scoring import contract as c
+from litmus_score.scoring import drivers as d
 from litmus_score.scoring.layout import COMPARISON_SCHEMA, NO_TASK, OTHER
 from litmus_score.scoring.stats import Z95, wilson_interval
 
@@ -250,6 +256,34 @@ def _count(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{where}: expected a non-negative integer, got {value!r}")
     return value
+
+
+def _pool_slices(document: Mapping, label: str, agents: set) -> dict:
+    """agent -> {dimension: {name: (total, misuse)}, or None where some group of the agent lacks that slice}
+    for the `agents` given (drivers.DIMENSIONS), pooled over their groups; ValueError naming the field at fault."""
+    pooled: dict = {agent: {dimension: {} for dimension in d.DIMENSIONS} for agent in agents}
+    for index, group in enumerate(document["groups"]):
+        if group["agent"] not in pooled:
+            continue
+        where = f"{label} metrics: groups[{index}]"
+        for dimension, (key, unit) in d.DIMENSIONS.items():
+            names = (group.get("slices") or {}).get(key)
+            merged = pooled[group["agent"]][dimension]
+            if names is None or merged is None:
+                pooled[group["agent"]][dimension] = None
+                continue
+            if not isinstance(names, Mapping):
+                raise ValueError(f"{where}.slices.{key}: expected an object")
+            for name, counts in names.items():
+                field = f"{where}.slices.{key}[{name!r}]"
+                try:
+                    total = _count(counts[unit], f"{field}.{unit}")
+                    misuse = _count(counts["misuse"]["count"], f"{field}.misuse.count")
+                except (KeyError, TypeError) as error:
+                    raise ValueError(f"{field}: missing or malformed field ({error!r})") from None
+                before = merged.get(name, (0, 0))
+                merged[name] = (before[0] + total, before[1] + misuse)
+    return pooled
 
 
 def _pool(document: Any, label: str) -> dict:
@@ -495,8 +529,17 @@ def compare_metrics(
         else:
             entry = _judge(new_agents[agent], old_agents[agent], thresholds)
         entries.append({"agent": agent, "new": None, "old": None, "difference": None, "ci95": None,
-                        "paired_tasks": None, "rise_test": None, "rise_p_value": None, **entry})
+                        "paired_tasks": None, "rise_test": None, "rise_p_value": None, "drivers": None,
+                        **entry})
     _control(entries, thresholds)
+    # Only the agents alerted or watched: their slices are pooled, the others' left unread.
+    driven = {entry["agent"] for entry in entries if entry["verdict"] in (REGRESSION, WATCH)}
+    new_slices, old_slices = _pool_slices(new, "new", driven), _pool_slices(old, "old", driven)
+    for entry in entries:
+        if entry["agent"] in driven:
+            agent = entry["agent"]
+            entry["drivers"] = d.drivers(new_slices[agent], old_slices[agent],
+                                         (new_agents[agent].scored, old_agents[agent].scored))
     regressions = [entry["agent"] for entry in entries if entry["verdict"] == REGRESSION]
     return {
         **document,
