@@ -67,7 +67,8 @@ def reference(rows, mode, policy=None, bounds=DEFAULT_BOUNDS):
             trajectories[row["trajectory_id"]] = trajectory_verdicts(row, score)
             calls |= {(row["trajectory_id"], call["call_id"], s.category, s.proposal_verdict, s.commit_verdict,
                        s.realized, s.proposal_verdict_source, s.commit_verdict_source, s.policy_disagreement,
-                       s.proposal_decided_by, s.commit_decided_by)
+                       s.proposal_decided_by, s.commit_decided_by, s.proposal_policy_ruling,
+                       s.proposal_policy_decided_by, s.commit_policy_ruling, s.commit_policy_decided_by)
                       for call, s in zip(row["calls"], score.calls)}
         else:
             unscored[row["trajectory_id"]] = score.reasons
@@ -103,7 +104,8 @@ def vectorized(rows, mode, batch_rows, policy=None, bounds=DEFAULT_BOUNDS):
     calls = {
         (r["trajectory_id"], r["call_id"], r["category"], r["proposal_verdict"], r["commit_verdict"], r["realized"],
          r["proposal_verdict_source"], r["commit_verdict_source"], r["policy_disagreement"],
-         r["proposal_decided_by"], r["commit_decided_by"])
+         r["proposal_decided_by"], r["commit_decided_by"], r["proposal_policy_ruling"],
+         r["proposal_policy_decided_by"], r["commit_policy_ruling"], r["commit_policy_decided_by"])
         for t in scored_tables for r in t.to_pylist()
     }
     unscored = {r["trajectory_id"]: r["reasons"] for t in unscored_tables for r in t.to_pylist()}

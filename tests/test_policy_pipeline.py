@@ -89,6 +89,23 @@ def test_scored_names_the_rule_that_gave_each_verdict(run):
     assert expected["P1"] == ("tools", "big-transfer") and expected["P3"][1] == "allowed_principals"
 
 
+def test_scored_keeps_the_policys_own_verdict_beside_a_recorded_one_it_disputes(run):
+    policy, out = run
+    calls = {r["trajectory_id"]: r for r in pq.read_table(out / "scored").to_pylist()}
+    document = load_policy(policy)
+    fields = ("proposal_policy_ruling", "proposal_policy_decided_by", "commit_policy_ruling",
+              "commit_policy_decided_by")
+    beside = {t: tuple(r[f] for f in fields) for t, r in calls.items()}
+    assert beside == {
+        "P1": (None,) * 4, "P3": (None,) * 4,
+        "P4": (*document.decide("transfer_funds", json.loads(LARGE), "agent"),
+               *document.decide("transfer_funds", json.loads(LARGE), "agent")),
+        "P5": (*document.decide("read_file", json.loads(READ), "agent"),
+               *document.decide("read_file", json.loads(READ), "agent")),
+    }
+    assert beside["P4"][:2] == ("deny", "big-transfer") and beside["P5"][:2] == ("allow", "tools")
+
+
 def test_policy_hash_and_disagreements_are_reported(run, capsys):
     policy, out = run
     metrics, manifest = load_json(out / "metrics.json"), load_json(out / "manifest.json")

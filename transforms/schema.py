@@ -94,6 +94,12 @@ SCORED = pa.schema(
         pa.field("commit_decided_by", CATEGORICAL),
         # A policy was given and disagrees with a recorded verdict of the call.
         pa.field("policy_disagreement", pa.bool_()),
+        # Where the policy disagrees with a context's recorded verdict: the
+        # policy's own verdict and what decided it (null elsewhere).
+        pa.field("proposal_policy_ruling", CATEGORICAL),
+        pa.field("proposal_policy_decided_by", CATEGORICAL),
+        pa.field("commit_policy_ruling", CATEGORICAL),
+        pa.field("commit_policy_decided_by", CATEGORICAL),
         # What the environment did (null without a commit).
         pa.field("outcome", CATEGORICAL),
         pa.field("status_code", pa.int32()),
