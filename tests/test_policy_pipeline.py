@@ -143,3 +143,26 @@ def test_yaml_tags_are_refused(tmp_path, capsys):
     evil.write_text("!!python/object/apply:os.system ['echo pwned']\n")
     assert main(["policy", "check", str(evil)]) == 2
     assert "pwned" not in json.dumps(capsys.readouterr().out)
+
+
+def test_evidence_and_show_put_the_policys_own_verdict_beside_a_recorded_one(tmp_path, score_cli, capsys):
+    # Recorded deny at proposal and allow at commit of a large transfer the policy denies: over-penalized,
+    # and the commit's recorded allow is disputed by the rule.
+    b.write_shard(tmp_path / "shard.parquet", [
+        one_call("D1", "transfer_funds", LARGE, b.context("deny", LARGE), b.commit("allow", args=LARGE))])
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    code, out = score_cli([tmp_path / "shard.parquet"], "--policy", str(policy))
+    assert code == 0
+    ruling, decided_by = load_policy(policy).decide("transfer_funds", json.loads(LARGE), "agent")
+    [case] = load_json(out / "evidence.json")["groups"][0]["over_penalized"]["cases"]
+    call = case["call"]
+    assert (call["commit_verdict"], call["commit_decided_by"]) == ("allow", "recorded")
+    assert (call["commit_policy_ruling"], call["commit_policy_decided_by"]) == (ruling, decided_by)
+    assert (call["proposal_policy_ruling"], call["proposal_policy_decided_by"]) == (None, None)
+    capsys.readouterr()
+    assert main(["show", str(out), "D1"]) == 0
+    shown = capsys.readouterr().out
+    assert f"policy disagrees: commit recorded allow, the policy's {ruling} ({decided_by})" in shown
+    report = (out / "report.html").read_text(encoding="utf-8")
+    assert f"(recorded; the policy's: {ruling} by {decided_by})" in report

@@ -109,7 +109,9 @@ def evidence_doc(payloads):
             "verbal_stance": payload, "source_file": payload, "source_row": i,
             "call": {"call_id": payload, "step": 3, "tool": payload, "arguments": payload, "category": payload,
                      "proposal_verdict": payload, "commit_verdict": "deny", "proposal_verdict_source": payload,
-                     "commit_verdict_source": "recorded", "realized": True, "outcome": payload, "status_code": 403,
+                     "commit_verdict_source": "recorded", "commit_decided_by": "recorded",
+                     "commit_policy_ruling": "allow", "commit_policy_decided_by": payload,
+                     "realized": True, "outcome": payload, "status_code": 403,
                      "state_mutated": False, "principal": ["agent", PRINCIPAL],
                      "patch": [{"op": payload, "path": PATCH_PATH, "value": payload},
                                {"op": "move", "path": "/a", "from": payload}]},
@@ -347,6 +349,9 @@ def test_evidence_and_validity_sections_show_every_case_and_tool(adversarial_pag
     # Two over-penalized and one under-penalized case per group are shown; 28 more are pointed at.
     assert page.count('"><td class="mono">') >= 3 * len(PAYLOADS)
     assert page.count("28 more not shown: trajectories/ where over_penalized is true.") == len(PAYLOADS)
+    # A recorded verdict the policy disputes has the policy's own beside it, its rule escaped.
+    assert page.count("(recorded; the policy's: allow by ") == 3 * len(PAYLOADS)
+    assert "the policy's: allow by &lt;img src=x onerror=&#34;document.body.setAt…)" in page
     # The least faithful tools first, the faithful one last and valid.
     assert page.index("valid on every observed call") > page.rindex("not valid")
     patch_path = "/&lt;/td&gt;&lt;img src=x onerror=&#34;document.body.setAttribute("
