@@ -53,7 +53,8 @@ def trajectory_verdicts(row, score):
     ids = [call["call_id"] for call in row["calls"]]
     return (row["run_id"], row["agent"], misuse, legacy, legacy and not misuse, misuse and not legacy, hallucination,
             [i for i, s in zip(ids, score.calls) if s.category in c.MISUSE_CATEGORIES],
-            [i for i, s in zip(ids, score.calls) if s.proposal_verdict == c.DENY])
+            [i for i, s in zip(ids, score.calls) if s.proposal_verdict == c.DENY],
+            [m.misuse_decided_by(s) for s in score.calls if s.category in c.MISUSE_CATEGORIES])
 
 
 def reference(rows, mode, policy=None, bounds=DEFAULT_BOUNDS):
@@ -114,7 +115,7 @@ def vectorized(rows, mode, batch_rows, policy=None, bounds=DEFAULT_BOUNDS):
     for stats in statistics + [unscored_statistics(t) for t in unscored_tables]:
         acc = fn.add_input(acc, stats)
     fields = ("run_id", "agent", "misuse", "legacy_misuse", "over_penalized", "under_penalized",
-              "execution_hallucination", "misuse_calls", "flagged_calls")
+              "execution_hallucination", "misuse_calls", "flagged_calls", "misuse_decided_by")
     trajectories = {r["trajectory_id"]: tuple(r[f] for f in fields) for t in trajectory_tables for r in t.to_pylist()}
     assert len(trajectories) == sum(t.num_rows for t in trajectory_tables)  # one row per scored trajectory
     return calls, unscored, fn.extract_output(acc), trajectories

@@ -3,6 +3,7 @@
 Expected categories are worked out by hand from the policy below.
 """
 
+import collections
 import json
 import textwrap
 
@@ -104,6 +105,22 @@ def test_scored_keeps_the_policys_own_verdict_beside_a_recorded_one_it_disputes(
                *document.decide("read_file", json.loads(READ), "agent")),
     }
     assert beside["P4"][:2] == ("deny", "big-transfer") and beside["P5"][:2] == ("allow", "tools")
+
+
+def test_misuse_calls_name_what_decided_them_in_trajectories_and_metrics(run):
+    policy, out = run
+    document = load_policy(policy)
+    # The commit verdict makes a call misuse: P1's by the rule, P3's by the principal check, P5's recorded.
+    expected = {"P1": [document.decide("transfer_funds", json.loads(LARGE), "agent")[1]],
+                "P3": [document.decide("read_file", json.loads(READ), "session-admin")[1]],
+                "P4": [], "P5": ["recorded"]}
+    rows = pq.read_table(out / "trajectories").to_pylist()
+    assert {r["trajectory_id"]: r["misuse_decided_by"] for r in rows} == expected
+    counted = collections.Counter(name for names in expected.values() for name in names)
+    metrics = load_json(out / "metrics.json")
+    by_rule = dict(sorted(counted.items()))
+    assert metrics["groups"][0]["flagged_by_rule"] == metrics["totals"]["flagged_by_rule"] == by_rule
+    assert set(counted) == {"big-transfer", "allowed_principals", "recorded"}
 
 
 def test_policy_hash_and_disagreements_are_reported(run, capsys):

@@ -127,6 +127,8 @@ TRAJECTORIES = pa.schema(
         pa.field("misuse_calls", pa.list_(pa.string())),
         # ... and those whose proposal verdict is deny.
         pa.field("flagged_calls", pa.list_(pa.string())),
+        # What decided the verdict that made each of misuse_calls misuse, in its order (metrics' flagged_by_rule).
+        pa.field("misuse_decided_by", pa.list_(pa.string())),
         pa.field("source_file", CATEGORICAL),
         pa.field("source_row", pa.int64()),
     ]
