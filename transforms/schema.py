@@ -94,6 +94,12 @@ SCORED = pa.schema(
         pa.field("commit_decided_by", CATEGORICAL),
         # A policy was given and disagrees with a recorded verdict of the call.
         pa.field("policy_disagreement", pa.bool_()),
+        # Where the policy disagrees with a context's recorded verdict: the
+        # policy's own verdict and what decided it (null elsewhere).
+        pa.field("proposal_policy_ruling", CATEGORICAL),
+        pa.field("proposal_policy_decided_by", CATEGORICAL),
+        pa.field("commit_policy_ruling", CATEGORICAL),
+        pa.field("commit_policy_decided_by", CATEGORICAL),
         # What the environment did (null without a commit).
         pa.field("outcome", CATEGORICAL),
         pa.field("status_code", pa.int32()),
@@ -121,6 +127,8 @@ TRAJECTORIES = pa.schema(
         pa.field("misuse_calls", pa.list_(pa.string())),
         # ... and those whose proposal verdict is deny.
         pa.field("flagged_calls", pa.list_(pa.string())),
+        # What decided the verdict that made each of misuse_calls misuse, in its order (metrics' flagged_by_rule).
+        pa.field("misuse_decided_by", pa.list_(pa.string())),
         pa.field("source_file", CATEGORICAL),
         pa.field("source_row", pa.int64()),
     ]
