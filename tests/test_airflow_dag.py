@@ -262,8 +262,9 @@ def test_a_run_cannot_choose_the_program_its_worker_runs(dag, harness, tmp_path,
     assert run.state == "failed" and score.state == "failed" and score.try_number == 1
     assert not mark.exists() and not (tmp_path / "scores").exists()
     alerts = [r.getMessage() for r in caplog.records if r.getMessage().startswith("litmus-score nightly 2026-11-30")]
-    assert alerts == ["litmus-score nightly 2026-11-30: not run: `environment` is not a run param: litmus-score's "
-                      "environment is set when the DAG is deployed (litmus_nightly.json beside it, docs/runners.md)"]
+    assert alerts == ["litmus-score nightly 2026-11-30: the scoring task failed: `environment` is not a run param: "
+                      "litmus-score's environment is set when the DAG is deployed (litmus_nightly.json beside it, "
+                      "docs/runners.md)"]
 
 
 def test_a_night_that_never_arrives_fails_the_sensor_loudly(dag, harness, caplog, monkeypatch):
@@ -296,7 +297,8 @@ def test_the_sensor_says_whether_the_night_is_late_or_could_not_be_looked_for(da
     ("Apache Beam process failed with return code 5", "no regression verdict: the baseline night was scored under"),
     ("Apache Beam process failed with return code 1", "the scoring job failed (exit code 1)"),
     (None, "the scoring job failed (exit code None)"),
-    ("no python at /nowhere/bin/python: install litmus-score there", "not run: no python at /nowhere/bin/python"),
+    ("no python at /nowhere/bin/python: install litmus-score there",
+     "the scoring task failed: no python at /nowhere/bin/python"),
 ])
 def test_the_failure_callback_names_the_verdict_exits(dag, module_of, error, expected):
     context = {"exception": error and RuntimeError(error), "task": dag.get_task("score_night"),

@@ -117,8 +117,8 @@ def failure_message(context) -> str:
         return (f"litmus-score nightly {night}: the night's data did not arrive within {waited} "
                 f"(nothing matches {pattern})")
     code = exit_code(context.get("exception"))
-    if code is None and context.get("exception"):  # refused before litmus-score ran: say why
-        return f"litmus-score nightly {night}: not run: {context['exception']}"
+    if code is None and context.get("exception"):  # no exit of litmus-score's (refused, timed out): say what
+        return f"litmus-score nightly {night}: the scoring task failed: {context['exception']}"
     return f"litmus-score nightly {night}: {VERDICTS.get(code, 'the scoring job failed')} (exit code {code})"
 
 
