@@ -368,6 +368,17 @@ def test_a_disputed_recorded_verdict_keeps_the_policys_own_beside_it(example):
     assert (bare.proposal_policy_ruling, bare.proposal_policy_decided_by) == ("deny", None)
 
 
+def test_a_policy_that_abstains_disputes_no_recorded_verdict(example):
+    # launch_rocket is no tool the example names, and its default is null: it gives no verdict.
+    arguments = json.dumps({"target": "moon"})
+    assert example.decide("launch_rocket", json.loads(arguments), "agent") == (None, None)
+    for recorded in c.VERDICTS:
+        call = ToolCall("launch_rocket", arguments, CallContext(arguments, "agent", recorded),
+                        CommitContext(arguments, "agent", recorded))
+        score = score_tool_call(call, c.COMMIT, example)
+        assert (score.proposal_verdict, score.policy_disagreement) == (recorded, False)
+
+
 def test_pickle_round_trip(example, operators):
     for policy in (example, operators):
         copy = pickle.loads(pickle.dumps(policy))

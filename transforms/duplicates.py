@@ -252,6 +252,8 @@ def decide(keyed_copies):
             yield copy.origin[0], Decision(copy.origin[1], CONFLICT, f"{len(copies)} copies differ: {shown}{more}")
 
 
+@beam.typehints.with_input_types(Shard)
+@beam.typehints.with_output_types(tuple[str, list[Decision]])
 class FindDuplicates(beam.PTransform):
     """Shards -> (file, [Decision]) for every file holding a dropped or conflicting copy."""
 
@@ -274,6 +276,7 @@ class FindDuplicates(beam.PTransform):
             | "Decide copies" >> beam.FlatMap(decide)
             | "Group decisions by file" >> beam.GroupByKey()
             | "Index decisions" >> beam.MapTuple(lambda path, decisions: (path, sorted(decisions, key=lambda d: d.row)))
+            .with_output_types(tuple[str, list[Decision]])
         )
 
 
@@ -321,6 +324,7 @@ def dropped_statistics(rows: pa.RecordBatch) -> dict:
             for g, n in enumerate(counts.tolist()) if n}
 
 
+@beam.typehints.with_input_types(pa.RecordBatch)
 class SetAsideDuplicates(beam.PTransform):
     """Batches and the decisions of FindDuplicates -> batches (main), `unscored`, `stats`."""
 

@@ -319,6 +319,7 @@ class ResolveContextsFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(Tag.UNSCORED, table)
 
 
+@beam.typehints.with_input_types(Checked)
 class ResolveContexts(beam.PTransform):
     """Checked batches -> Resolved (main), UNSCORED tables (`unscored`), the
     validity audit's statistics (`validity`, litmus_score.scoring.metrics form) and,
