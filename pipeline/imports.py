@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from litmus_score import text
 from litmus_score.exits import Exit
-from litmus_score.importers.pipeline import FORMATS, IMPORT_MANIFEST_FILE, TRAJECTORIES_DIR, UNMAPPED_DIR
-from litmus_score.scoring.layout import LOCK_FILE
+from litmus_score.importers import FORMATS
+from litmus_score.scoring.layout import IMPORT_MANIFEST_FILE, LOCK_FILE, TRAJECTORIES_DIR, UNMAPPED_DIR
 from pipeline.options import UsageError, folder_name
 from pipeline.publish import FolderKind
 
@@ -100,16 +100,17 @@ def build_import(config: ImportConfig):
     format's library is missing or no log file matches."""
     import apache_beam as beam
 
-    from litmus_score.importers import pipeline as p
+    from litmus_score.importers import importer
     from pipeline.job import package_version
+    from transforms import imports
 
-    module = p.importer(config.log_format)
+    module = importer(config.log_format)
     library = _version(module.LIBRARY)
     if library is None:
         raise UsageError(f"importing {config.log_format} logs needs {module.LIBRARY}: "
                          f"pip install 'litmus-score[{_EXTRAS[config.log_format]}]'")
     try:
-        logs_transform = p.ImportLogs(config.log_format, config.logs, config.principal, config.harness_verdict,
+        logs_transform = imports.ImportLogs(config.log_format, config.logs, config.principal, config.harness_verdict,
                                       max_sample_mib=config.max_sample_mib,
                                       identity_attributes=config.identity_attributes)
     except ValueError as error:  # NoMatchingLogs, an empty principal, a harness verdict or attributes it cannot read
@@ -130,7 +131,7 @@ def build_import(config: ImportConfig):
     }
     pipeline = beam.Pipeline(options=config.beam)
     imported = pipeline | "Import logs" >> logs_transform
-    imported | "Write import" >> p.WriteImport(config.output, header, logs_transform.schema)
+    imported | "Write import" >> imports.WriteImport(config.output, header, logs_transform.schema)
     return pipeline
 
 
@@ -138,7 +139,7 @@ def run_import(config: ImportConfig, pipeline) -> tuple:
     """Runs the import job into its claimed folder; (exit code, manifest). Failed if it did not finish."""
     from apache_beam.io.filesystems import FileSystems
 
-    from litmus_score.importers import pipeline as p
+    from litmus_score.importers.manifest import incomplete
     from pipeline import job
 
     job.execute(pipeline)
@@ -146,7 +147,7 @@ def run_import(config: ImportConfig, pipeline) -> tuple:
         with FileSystems.open(FileSystems.join(config.output, IMPORT_MANIFEST_FILE)) as handle:
             manifest = json.loads(handle.read().decode("utf-8"))
     print(summary(manifest, config.output))
-    return (Exit.INCOMPLETE_INPUT if p.incomplete(manifest) else Exit.OK), manifest
+    return (Exit.INCOMPLETE_INPUT if incomplete(manifest) else Exit.OK), manifest
 
 
 class _Parser(argparse.ArgumentParser):

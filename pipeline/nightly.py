@@ -23,7 +23,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from litmus_score import text
 from litmus_score.exits import Exit
-from litmus_score.importers.pipeline import FORMATS
+from litmus_score.importers import FORMATS
 from litmus_score.scoring.layout import NIGHT_PREFIX
 from pipeline.flags import beam_options, check_flags
 from pipeline.imports import add_import_flags, import_then_score, imported_shards

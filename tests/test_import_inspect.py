@@ -229,7 +229,7 @@ def test_import_logs_transform(logs):
     from apache_beam.testing.test_pipeline import TestPipeline
     from apache_beam.testing.util import assert_that, equal_to
 
-    from litmus_score.importers.pipeline import ImportLogs
+    from transforms.imports import ImportLogs
 
     transform = ImportLogs("inspect", [str(logs["folder"])], principal="agent")
     assert transform.files == sorted(str(p) for p in logs["folder"].glob("*.eval"))

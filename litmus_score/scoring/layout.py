@@ -44,6 +44,9 @@ DUPLICATE = "duplicate"
 INCOMPLETE = "incomplete"
 UNRESOLVED = "unresolved"
 FAILED = "failed"
+# An import's entries of its logs that became no trajectory (an import's own
+# folder, or a run that imported its logs itself).
+UNMAPPED_DIR = "unmapped"
 # `score --input_format` imports the logs into this folder of the run first.
 IMPORTED_DIR = "imported"
 # Bundles write here before the finishing step moves their files into place.
