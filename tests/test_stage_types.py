@@ -18,7 +18,7 @@ from tests.conftest import RUNNER
 from transforms.classify import Classify
 from transforms.elements import Resolved
 from transforms.evidence import CollectEvidence, EvidenceCombineFn
-from transforms.harness import CompareWithHarness
+from transforms.harness import CompareWithHarness, ReadHarnessVerdicts
 from transforms.metrics import ComputeMetrics, RunMetricsCombineFn
 from transforms.write import WriteOutputs
 
@@ -35,7 +35,7 @@ MISWIRED = {
     "Classify": (lambda: Classify(c.COMMIT), pa.RecordBatch),
     "ComputeMetrics": (lambda: ComputeMetrics(c.COMMIT), pa.Table),
     "CollectEvidence": (CollectEvidence, pa.Table),
-    "CompareWithHarness": (lambda: CompareWithHarness([]), Resolved),
+    "CompareWithHarness": (lambda: CompareWithHarness(ReadHarnessVerdicts([])), Resolved),
 }
 
 

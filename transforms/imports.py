@@ -25,12 +25,16 @@ from litmus_score.importers import importer
 from litmus_score.importers import rows as r
 from litmus_score.importers.manifest import count_trajectory, count_unmapped, manifest_document, new_report
 from litmus_score.scoring.layout import IMPORT_MANIFEST_FILE, SHARD_KIND, TRAJECTORIES_DIR, UNMAPPED_DIR
+from litmus_score.scoring.trajectory import DEFAULT_BOUNDS
 from transforms import (
     NAMESPACE,
     coders,  # noqa: F401  (registers the Arrow element coders)
 )
+from transforms.conform import conform_batch
+from transforms.elements import Tag
 from transforms.files import to_json, write_text
 from transforms.logfiles import SkippedLog, local_copy, match_logs, not_a_file
+from transforms.progress import TALLY
 from transforms.write import FileSet, WriteBundleFn, commit_files
 
 UNMAPPED_TAG, REPORTS_TAG = "unmapped", "reports"
@@ -59,7 +63,7 @@ class ImportLogFn(beam.DoFn):
 
     def process(self, path: str):
         report = new_report(path)
-        rows, misses = [], []
+        rows, misses, first_row = [], [], 0
         skipped = not_a_file(path)
         try:
             if skipped:
@@ -78,7 +82,8 @@ class ImportLogFn(beam.DoFn):
                         count_trajectory(report, item)
                         rows.append(item.row)
                     if len(rows) >= CHUNK_ROWS:
-                        yield pa.Table.from_pylist(rows, schema=self._schema)
+                        yield from self.trajectories_out(path, first_row, pa.Table.from_pylist(rows, self._schema))
+                        first_row += len(rows)
                         rows = []
         except Exception as error:
             # A foreign or damaged file makes a format's library raise
@@ -89,7 +94,7 @@ class ImportLogFn(beam.DoFn):
             report["error"] = r.bounded(str(error) if skipped else f"{type(error).__name__}: {error}")
             report["skipped"] = bool(skipped)
         if rows:
-            yield pa.Table.from_pylist(rows, schema=self._schema)
+            yield from self.trajectories_out(path, first_row, pa.Table.from_pylist(rows, self._schema))
         if misses:
             yield beam.pvalue.TaggedOutput(UNMAPPED_TAG, pa.Table.from_pylist(misses, schema=r.UNMAPPED))
         self._files.inc()
@@ -98,7 +103,51 @@ class ImportLogFn(beam.DoFn):
         report["unmapped_by_reason"] = dict(sorted(report["unmapped_by_reason"].items()))
         report["principal_attribute"] = {context: dict(sorted(used.items()))
                                          for context, used in report["principal_attribute"].items()}
+        yield from self.report_out(report)
+
+    def trajectories_out(self, path: str, first_row: int, table: pa.Table):
+        """What leaves for a table of a file's trajectories, the first of them its `first_row`-th."""
+        yield table
+
+    def report_out(self, report: dict):
+        """What leaves for a file's report, once its trajectories have."""
         yield beam.pvalue.TaggedOutput(REPORTS_TAG, report)
+
+
+@beam.typehints.with_input_types(str)
+class ImportToScoreFn(ImportLogFn):
+    """A log file -> its trajectories as the read stage's batches
+    (transforms.read), for the scoring stages: conformed, each row's
+    provenance the log and the trajectory's position among the log's; and,
+    beside its import report, the log's report as an input of the run (a
+    shard's report, its rows the trajectories imported)."""
+
+    def __init__(self, log_format: str, principal: str, options=None,
+                 max_text_bytes: int = DEFAULT_BOUNDS.max_text_bytes):
+        super().__init__(log_format, principal, options)
+        self._max_text_bytes = max_text_bytes
+
+    def process(self, path: str):
+        self._issues: list = []
+        yield from super().process(path)
+
+    def trajectories_out(self, path: str, first_row: int, table: pa.Table):
+        for batch in table.to_batches():
+            conformed, issues = conform_batch(batch, path, first_row, self._max_text_bytes)
+            self._issues += [issue for issue in issues if issue not in self._issues]
+            first_row += batch.num_rows
+            TALLY.add(rows=conformed.num_rows)
+            yield conformed
+
+    def report_out(self, report: dict):
+        yield from super().report_out(report)
+        TALLY.add(shards=1)
+        # The keys of a shard's report (transforms.read.new_report): a log is read whole or not at all here;
+        # what of it became no trajectory, and why, is its import report's.
+        yield beam.pvalue.TaggedOutput(Tag.SHARD_REPORTS, {
+            "file": report["file"], "aliases": [], "copies": [], "rows_declared": report["trajectories"],
+            "rows_read": report["trajectories"], "row_groups": None, "row_groups_unreadable": [],
+            "issues": self._issues, "error": report["error"]})
 
 
 class ImportLogs(beam.PTransform):
@@ -147,12 +196,15 @@ class ImportLogs(beam.PTransform):
         self.files = match_logs(list(patterns), module.SUFFIXES)
         self.schema = r.shard_schema(module.EXTRA_FIELDS)
 
+    def logs(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection[str]:
+        """The matched log files, spread over the workers: one log file is one unit of work."""
+        return (pbegin
+                | "Log files" >> beam.Create(self.files, reshuffle=False)
+                | "Spread logs" >> beam.Reshuffle())
+
     def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
         imported = (
-            pbegin
-            | "Log files" >> beam.Create(self.files, reshuffle=False)
-            # One log file is one unit of work, spread over the workers.
-            | "Spread logs" >> beam.Reshuffle()
+            self.logs(pbegin)
             | "Import log"
             >> beam.ParDo(ImportLogFn(self._format, self._principal, self._options))
             .with_output_types(pa.Table, **{UNMAPPED_TAG: pa.Table, REPORTS_TAG: dict})
@@ -160,6 +212,29 @@ class ImportLogs(beam.PTransform):
         )
         return {TRAJECTORIES_DIR: imported[TRAJECTORIES_DIR], UNMAPPED_TAG: imported[UNMAPPED_TAG],
                 REPORTS_TAG: imported[REPORTS_TAG]}
+
+
+class ImportToScore(ImportLogs):
+    """ImportLogs whose trajectories go on to the scoring stages of the same
+    job, no file between them: a dict of `batches` (the read stage's
+    RecordBatches, ImportToScoreFn), Tag.SHARD_REPORTS (one per log, as a
+    shard's), `unmapped` and `reports` (ImportLogs'). `max_text_bytes` is
+    the read stage's bound on one text."""
+
+    def __init__(self, *args, max_text_bytes: int = DEFAULT_BOUNDS.max_text_bytes, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._max_text_bytes = max_text_bytes
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
+        imported = (
+            self.logs(pbegin)
+            | "Import log"
+            >> beam.ParDo(ImportToScoreFn(self._format, self._principal, self._options, self._max_text_bytes))
+            .with_output_types(pa.RecordBatch, **{UNMAPPED_TAG: pa.Table, REPORTS_TAG: dict,
+                                                  Tag.SHARD_REPORTS: dict})
+            .with_outputs(UNMAPPED_TAG, REPORTS_TAG, Tag.SHARD_REPORTS, main="batches")
+        )
+        return {name: imported[name] for name in ("batches", UNMAPPED_TAG, REPORTS_TAG, Tag.SHARD_REPORTS)}
 
 
 _REPORT, _WRITTEN = "report", "written"

@@ -13,6 +13,9 @@ import tempfile
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
+from transforms.conform import UNREADABLE
+from transforms.shardfiles import identify
+
 
 class NoMatchingLogs(ValueError):
     """A LOGS argument that matches no log file."""
@@ -111,3 +114,19 @@ def local_copy(path: str):
             shutil.copyfileobj(source, copy, 1 << 20)
         copy.flush()
         yield copy.name
+
+
+def log_identities(paths) -> list:
+    """(path, FileIdentity) of each log (transforms.shardfiles.identify: size,
+    modification time, the sha256 of its last bytes where it is no Parquet
+    file); None where it was never opened, or cannot be (the import names why)."""
+    identities = []
+    for path in paths:
+        identity = None
+        if not_a_file(path) is None:
+            try:
+                identity = identify(path)
+            except UNREADABLE:
+                pass
+        identities.append((path, identity))
+    return identities

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from litmus_score import text
 from litmus_score.importers import rows as r
 
 
@@ -81,3 +82,29 @@ def incomplete(manifest: dict) -> bool:
     call that no trajectory accounts for (a lost call a trajectory does
     account for unscores it instead)."""
     return bool(manifest["failed_files"]) or any(manifest["totals"]["not_imported"].values())
+
+
+def summary_lines(manifest: dict) -> list:
+    """An import's manifest for the terminal, one line a fact, its strings escaped."""
+    totals = manifest["totals"]
+    lines = [f"litmus-score import {manifest['format']}: {totals['files']} file(s), {totals['units']} "
+             f"{manifest['units']} -> {totals['trajectories']} trajectories with {totals['calls']} calls; "
+             f"{totals['unmapped']} entries unmapped"]
+    lines += [f"  unmapped {text.shown(reason)}: {n}" for reason, n in totals["unmapped_by_reason"].items()]
+    if totals["calls_unmapped"]:
+        lines.append(f"  {totals['calls_unmapped']} call(s) the logs show are not in their trajectory's calls: "
+                     "counted in its call_count, so scoring leaves it unscored (call_count_mismatch)")
+    lost = totals["not_imported"]
+    if any(lost.values()):
+        lines.append(f"  not imported: {lost['units']} {manifest['units']}, {lost['calls']} call(s) of no trajectory")
+    principal = manifest["principal"]
+    for context in ("proposal", "commit"):
+        source = principal["source"][context]
+        lines.append(f"  {context} principal: {source['log']} from the log, {source['default']} "
+                     f"the default {text.shown(principal['default'])!r}")
+    if totals["files_skipped"]:
+        lines.append(f"  {totals['files_skipped']} path(s) skipped, never opened: named below")
+    for report in manifest["files"]:
+        if report["error"]:
+            lines.append(f"error: {text.shown(report['file'])} not imported: {text.shown(report['error'])}")
+    return lines
