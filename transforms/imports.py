@@ -34,7 +34,6 @@ from transforms.conform import conform_batch
 from transforms.elements import Tag
 from transforms.files import to_json, write_text
 from transforms.logfiles import SkippedLog, local_copy, match_logs, not_a_file
-from transforms.progress import TALLY
 from transforms.write import FileSet, WriteBundleFn, commit_files
 
 UNMAPPED_TAG, REPORTS_TAG = "unmapped", "reports"
@@ -136,14 +135,12 @@ class ImportToScoreFn(ImportLogFn):
             conformed, issues = conform_batch(batch, path, first_row, self._max_text_bytes)
             self._issues += [issue for issue in issues if issue not in self._issues]
             first_row += batch.num_rows
-            TALLY.add(rows=conformed.num_rows)
             yield conformed
 
     def report_out(self, report: dict):
         yield from super().report_out(report)
-        TALLY.add(shards=1)
-        # The keys of a shard's report (transforms.read.new_report): a log is read whole or not at all here;
-        # what of it became no trajectory, and why, is its import report's.
+        # The keys of a shard's report (transforms.read.new_report), its rows the trajectories
+        # imported: what of the log became none, and why, its import report counts.
         yield beam.pvalue.TaggedOutput(Tag.SHARD_REPORTS, {
             "file": report["file"], "aliases": [], "copies": [], "rows_declared": report["trajectories"],
             "rows_read": report["trajectories"], "row_groups": None, "row_groups_unreadable": [],
