@@ -8,6 +8,10 @@ One log file is one unit of work. A file the format's library cannot read
 (corrupt, truncated, foreign) fails alone: its report names the error, and
 the other files are imported. The mapping itself is the format's module in
 litmus_score.importers; the accounting is litmus_score.importers.manifest.
+
+`import` writes the trajectories as shards (ImportLogs, WriteImport);
+`score --input_format` hands them to the scoring stages of the same job
+as the read stage's batches instead (ImportToScore), with no file between.
 """
 
 from __future__ import annotations
