@@ -20,7 +20,7 @@ from transforms.completeness import CheckCompleteness
 from transforms.duplicates import Decision, FindDuplicates, SetAsideDuplicates
 from transforms.elements import Checked, Resolved, Shard
 from transforms.evidence import CollectEvidence, EvidenceCombineFn
-from transforms.harness import CompareWithHarness
+from transforms.harness import CompareWithHarness, ReadHarnessVerdicts
 from transforms.metrics import ComputeMetrics, RunMetricsCombineFn
 from transforms.resolve import ResolveContexts
 from transforms.write import WriteOutputs
@@ -45,7 +45,7 @@ MISWIRED = {
     "Classify": (lambda _: Classify(c.COMMIT), pa.RecordBatch),
     "ComputeMetrics": (lambda _: ComputeMetrics(c.COMMIT), pa.Table),
     "CollectEvidence": (lambda _: CollectEvidence(), pa.Table),
-    "CompareWithHarness": (lambda _: CompareWithHarness([]), Resolved),
+    "CompareWithHarness": (lambda _: CompareWithHarness(ReadHarnessVerdicts([])), Resolved),
 }
 
 
