@@ -44,7 +44,7 @@ test-twin: $(BIN)/.installed
 	LITMUS_NATIVE=0 $(BIN)/python -m pytest -n auto -p no:cacheprovider $(TWIN_TESTS)
 
 # A fresh AIRFLOW_HOME whose dags folder is deploy/airflow, no examples; LITMUS_REQUIRE_AIRFLOW=1
-# turns a skip into a failure. The DAG runs as shipped, configured by its params: litmus-score's
+# turns a skip into a failure. The DAG runs as shipped, configured as a deployer would: litmus-score's
 # environment is this checkout's .venv (as a deployer's is /opt/litmus-score/.venv).
 test-airflow: $(AIRFLOW_VENV)/bin/.installed $(BIN)/.installed
 	home=$$(mktemp -d) && AIRFLOW_HOME=$$home AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/deploy/airflow \

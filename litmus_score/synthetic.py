@@ -32,8 +32,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from litmus_score import schema
 from litmus_score.scoring import contract as c
-from transforms import schema
 
 MIXED = "mixed"
 REFERENCE = "reference-1200"
@@ -530,7 +530,7 @@ def generate(output_dir: str, trajectories: int | None = None, shards: int = 4, 
     """Write `shards` Parquet files part-00000-of-0000K.parquet into output_dir.
 
     output_dir is created if absent; FileExistsError if it already holds
-    .parquet files. The `trajectories` rows (schema transforms.schema.TRAJECTORY;
+    .parquet files. The `trajectories` rows (schema litmus_score.schema.TRAJECTORY;
     default 1,000, or the profile's own count) are split evenly over the
     shards; a shard may be empty. The same arguments give the same data.
     Profile "reference-1200" has exactly 1,200 trajectories: any other

@@ -3,9 +3,11 @@
 Runs the same scoring as `score` (its validity block is the same in every
 mode) without writing a run folder, and prints the table of
 litmus_score.scoring.validity.audit_rows: a maintainer's answer before adopting the scorer.
-Where the inputs keep the harness's own verdict (an imported AgentDojo
-`security`, an Inspect sample's score), a second table shows, per run and
-agent, how it agrees with commit-time and with proposal-time misuse.
+Where some call is misuse, a table counts the misuse calls per rule that
+decided them (metrics.json's flagged_by_rule). Where the inputs keep the
+harness's own verdict (an imported AgentDojo `security`, an Inspect sample's
+score), a last table shows, per run and agent, how it agrees with
+commit-time and with proposal-time misuse.
 """
 
 from __future__ import annotations
@@ -60,6 +62,17 @@ def audit_table(block: dict, tool_chars: int = 24) -> str:
                   "divergence that applies (docs/outputs.md: the validity audit).",
               f"The verdict held at commit (at most {VERDICT_TOLERANCE:.0%} of calls changed, 95% upper bound) for "
               f"{len(held)} of {len(rows)}{': ' + ', '.join(held) if held else ''}."]
+    return "\n".join(lines)
+
+
+def rules_table(flagged_by_rule: dict, chars: int = 40) -> str:
+    """The misuse calls per what decided them, most first, as an aligned, terminal-safe
+    table; "" without any misuse call."""
+    if not flagged_by_rule:
+        return ""
+    lines = [f"{'misuse calls decided by':<{chars}} {'calls':>7}"]
+    for rule, calls in sorted(flagged_by_rule.items(), key=lambda item: (-item[1], item[0])):
+        lines.append(f"{text.display(rule, chars):<{chars}} {calls:>7}")
     return "\n".join(lines)
 
 
@@ -131,6 +144,9 @@ def main(argv) -> Exit:
         with open(path, encoding="utf-8") as handle:
             metrics = json.load(handle)
     print(audit_table(metrics["totals"]["validity"]))
+    rules = rules_table(metrics["totals"]["flagged_by_rule"])
+    if rules:
+        print(f"\n{rules}")
     harness = harness_table(metrics["groups"])
     if harness:
         print(harness)

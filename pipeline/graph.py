@@ -1,4 +1,4 @@
-"""The scoring graph: shards in, adjudicated calls, UNSCORED records and metrics out.
+"""The scoring graph: shards (or logs) in, adjudicated calls, UNSCORED records and metrics out.
 
     Read shards -> Set aside duplicates -> Check completeness -> Resolve contexts -> Classify -> Compute metrics
          |  \\____ Find duplicates ___/          |                    |                 |
@@ -7,11 +7,16 @@
 
 Where inputs keep the harness's own verdict, the scored trajectories meet it
 on their way to the metrics (transforms.harness).
+
+The inputs are shards (ShardInputs) or agent logs imported in the same job
+(LogInputs, `score --input_format`): the logs' trajectories go on to the
+same stages as the shards' batches would, no file between, and each log
+is an input as a shard is (its report, its identity in the manifest).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import apache_beam as beam
 import pyarrow as pa
@@ -22,10 +27,12 @@ from litmus_score.scoring import metrics as m
 from litmus_score.scoring.trajectory import DEFAULT_BOUNDS, Bounds
 from transforms.classify import Classify, unscored_statistics
 from transforms.completeness import CheckCompleteness
-from transforms.duplicates import FindDuplicates, SetAsideDuplicates
+from transforms.duplicates import FindDuplicates, FindDuplicatesInBatches, SetAsideDuplicates
 from transforms.elements import Tag
 from transforms.evidence import CollectEvidence
-from transforms.harness import CompareWithHarness
+from transforms.harness import CompareWithHarness, HarnessVerdictsOfBatches, ReadHarnessVerdicts
+from transforms.imports import REPORTS_TAG, UNMAPPED_TAG, ImportToScore
+from transforms.logfiles import log_identities
 from transforms.metrics import ComputeMetrics
 from transforms.read import DEFAULT_BATCH_ROWS, NoVerdictSource, ReadShards, shards_without_verdicts
 from transforms.records import failed_batch_to_unscored
@@ -34,13 +41,71 @@ from transforms.whatif import FLIPS, FlipsCombineFn, ResolveUnderPolicies, new_s
 from transforms.write import WriteOutputs
 
 
-class ScoreTrajectories(beam.PTransform):
-    """Input patterns -> dict of PCollections: scored, trajectories, unscored, metrics, evidence, shard_reports.
+class ShardInputs(beam.PTransform):
+    """Shard patterns -> a dict: the read `batches`, one report per shard
+    (Tag.SHARD_REPORTS), the `duplicates` decisions (found in the files,
+    read again) and the `harness_verdicts` they keep. The patterns are
+    matched when it is built (NoMatchingShards)."""
 
-    `scored` and `trajectories` hold pa.Tables, `unscored` is a dict of PCollections of
-    pa.Tables by where they were set aside (schemas in transforms.schema);
-    `metrics` and `evidence` hold the single metrics.json and evidence.json
-    documents. `policy` (a litmus_score.scoring.policy.PolicyDocument) decides where no
+    def __init__(self, patterns, batch_rows: int = DEFAULT_BATCH_ROWS,
+                 max_text_bytes: int = DEFAULT_BOUNDS.max_text_bytes):
+        super().__init__()
+        self._read = ReadShards(patterns, batch_rows, max_text_bytes)
+        self._max_text_bytes = max_text_bytes
+
+    @property
+    def shards(self) -> list:
+        """The Shards the input patterns matched."""
+        return self._read.shards
+
+    def identities(self) -> list:
+        return input_identities((shard.path, shard.identity) for shard in self.shards)
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, Any]:
+        read = pbegin | "Read shards" >> self._read
+        decisions = (
+            pbegin
+            | "Shards to index" >> beam.Create(self.shards, reshuffle=False)
+            | "Spread shards to index" >> beam.Reshuffle()
+            | "Find duplicates" >> FindDuplicates(self._max_text_bytes)
+        )
+        return {"batches": read.batches, Tag.SHARD_REPORTS: read[Tag.SHARD_REPORTS], "duplicates": decisions,
+                "harness_verdicts": ReadHarnessVerdicts(self.shards)}
+
+
+class LogInputs(beam.PTransform):
+    """Agent logs imported in the same job (an ImportToScore) -> the dict
+    ShardInputs gives, the duplicates and harness verdicts found in the
+    imported batches, and the import's own `import_reports` (one per log)
+    and `unmapped` entries. Each log is an input as a shard is: one report,
+    its rows the trajectories imported from it."""
+
+    def __init__(self, imports: ImportToScore):
+        super().__init__()
+        self._imports = imports
+
+    def identities(self) -> list:
+        return input_identities(log_identities(self._imports.files))
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, Any]:
+        imported = pbegin | "Import logs" >> self._imports
+        batches = imported["batches"]
+        return {"batches": batches, Tag.SHARD_REPORTS: imported[Tag.SHARD_REPORTS],
+                "duplicates": batches | "Find duplicates" >> FindDuplicatesInBatches(),
+                "harness_verdicts": batches | "Harness verdicts" >> HarnessVerdictsOfBatches(),
+                "import_reports": imported[REPORTS_TAG], "unmapped": imported[UNMAPPED_TAG]}
+
+
+class ScoreTrajectories(beam.PTransform):
+    """Inputs -> dict of PCollections: scored, trajectories, unscored, metrics, evidence, shard_reports.
+
+    `inputs` are shard patterns (read as ShardInputs), or a ShardInputs or
+    LogInputs; with LogInputs the dict also holds the import's
+    `import_reports` and `unmapped` entries. `scored` and `trajectories`
+    hold pa.Tables, `unscored` is a dict of PCollections of pa.Tables by
+    where they were set aside (schemas in transforms.schema); `metrics` and
+    `evidence` hold the single metrics.json and evidence.json documents.
+    `policy` (a litmus_score.scoring.policy.PolicyDocument) decides where no
     verdict was recorded; `bounds` says when a trajectory is too_large,
     `max_slice_keys` how many names a slice of metrics.json keeps,
     `max_groups` how many (run_id, agent) groups.
@@ -50,7 +115,9 @@ class ScoreTrajectories(beam.PTransform):
                  bounds: Bounds = DEFAULT_BOUNDS, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS,
                  max_groups: int = m.DEFAULT_MAX_GROUPS):
         super().__init__()
-        self._read = ReadShards(inputs, batch_rows, bounds.max_text_bytes)
+        if not isinstance(inputs, (ShardInputs, LogInputs)):
+            inputs = ShardInputs(inputs, batch_rows, bounds.max_text_bytes)
+        self.inputs: ShardInputs | LogInputs = inputs
         self._mode = mode  # checked by the stages that use it
         self._policy = policy
         self._bounds = bounds
@@ -61,11 +128,12 @@ class ScoreTrajectories(beam.PTransform):
 
     @property
     def shards(self) -> list:
-        """The Shards the input patterns matched."""
-        return self._read.shards
+        """The Shards the input patterns matched (shard inputs only)."""
+        assert isinstance(self.inputs, ShardInputs), "logs are no shards"
+        return self.inputs.shards
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, Any]:
-        read, distinct, checked = _read_and_check(pbegin, self._read, self._bounds)
+        read, distinct, checked = _read_and_check(pbegin, self.inputs, self._bounds)
         resolved = checked.complete | "Context resolution" >> ResolveContexts(self._mode, self._policy)
         classified = resolved.resolved | "Classification" >> Classify(self._mode)
         failed = _failed_rows(checked, resolved)
@@ -79,11 +147,12 @@ class ScoreTrajectories(beam.PTransform):
             resolved[Tag.VALIDITY],
             distinct[Tag.STATS],
             reports | "Count inputs" >> beam.Map(m.input_statistics),
-            classified[Tag.TRAJECTORIES] | "Harness verdicts" >> CompareWithHarness(self._read.shards),
+            classified[Tag.TRAJECTORIES] | "Harness verdicts" >> CompareWithHarness(read["harness_verdicts"]),
         ] + [
             records | f"Count {name} unscored" >> beam.Map(unscored_statistics) for name, records in unscored.items()
         ] | "Gather statistics" >> beam.Flatten()
         policy_sha256 = self._policy.sha256 if self._policy is not None else None
+        imported = {key: read[key] for key in ("import_reports", "unmapped") if key in read}
         return {
             "scored": classified.scored,
             "trajectories": classified[Tag.TRAJECTORIES],
@@ -92,19 +161,14 @@ class ScoreTrajectories(beam.PTransform):
             "metrics": statistics | "Metrics" >> ComputeMetrics(self._mode, policy_sha256, self._max_slice_keys,
                                                                   self._max_groups),
             "shard_reports": reports,
+            **imported,
         }
 
 
-def _read_and_check(pbegin: beam.pvalue.PBegin, read_shards: ReadShards, bounds: Bounds) -> tuple:
-    """The stages no policy changes: (the read's outputs, the duplicates' and completeness')."""
-    read = pbegin | "Read shards" >> read_shards
-    decisions = (
-        pbegin
-        | "Shards to index" >> beam.Create(read_shards.shards, reshuffle=False)
-        | "Spread shards to index" >> beam.Reshuffle()
-        | "Find duplicates" >> FindDuplicates(bounds.max_text_bytes)
-    )
-    distinct = read.batches | "Duplicates" >> SetAsideDuplicates(decisions)
+def _read_and_check(pbegin: beam.pvalue.PBegin, inputs, bounds: Bounds) -> tuple:
+    """The stages no policy changes: (the inputs' outputs, the duplicates' and completeness')."""
+    read = pbegin | "Inputs" >> inputs
+    distinct = read["batches"] | "Duplicates" >> SetAsideDuplicates(read["duplicates"])
     # The expected failures leave through the `unscored` tags; the
     # exception handling is only the safety net for bugs.
     checked = distinct.batches | "Completeness" >> CheckCompleteness(bounds)
@@ -140,7 +204,7 @@ class ScoreUnderPolicies(beam.PTransform):
                  bounds: Bounds = DEFAULT_BOUNDS, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS,
                  max_groups: int = m.DEFAULT_MAX_GROUPS):
         super().__init__()
-        self._read = ReadShards(inputs, batch_rows, bounds.max_text_bytes)
+        self.inputs = ShardInputs(inputs, batch_rows, bounds.max_text_bytes)
         self._resolve = ResolveUnderPolicies(mode, policies)
         self._mode, self._bounds = mode, bounds
         self._metrics = [ComputeMetrics(mode, policy.sha256, max_slice_keys, max_groups) for policy in policies]
@@ -148,10 +212,10 @@ class ScoreUnderPolicies(beam.PTransform):
     @property
     def shards(self) -> list:
         """The Shards the input patterns matched."""
-        return self._read.shards
+        return self.inputs.shards
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, Any]:
-        read, distinct, checked = _read_and_check(pbegin, self._read, self._bounds)
+        read, distinct, checked = _read_and_check(pbegin, self.inputs, self._bounds)
         resolved = checked.complete | "Context resolution under each policy" >> self._resolve
         n = len(self._metrics)
         # What every policy's metrics share: the inputs, and the rows set aside before any policy judged them.
@@ -181,7 +245,8 @@ class ScoreUnderPolicies(beam.PTransform):
                 classified[Tag.STATS],
                 unkeyed("validity"),
                 unkeyed("unscored") | f"{label}: count unresolved" >> beam.Map(unscored_statistics),
-                classified[Tag.TRAJECTORIES] | f"{label}: harness verdicts" >> CompareWithHarness(self._read.shards),
+                classified[Tag.TRAJECTORIES]
+                | f"{label}: harness verdicts" >> CompareWithHarness(read["harness_verdicts"]),
             ] | f"{label}: gather statistics" >> beam.Flatten()
             metrics.append(statistics | f"{label}: metrics" >> compute
                            | f"{label}: key metrics" >> beam.Map(lambda document, i=i: (i, document)))
@@ -193,13 +258,23 @@ class ScoreUnderPolicies(beam.PTransform):
                 "shard_reports": read[Tag.SHARD_REPORTS]}
 
 
-def input_identities(shards) -> list:
-    """Each matched file as the manifest records it: path, size, modification
-    time and the sha256 of its Parquet footer (null when it had none)."""
-    return [{"file": shard.path, **({"size": shard.identity.size, "mtime_ns": shard.identity.mtime_ns,
-                                     "footer_sha256": shard.identity.footer_sha256} if shard.identity else
-                                    {"size": None, "mtime_ns": None, "footer_sha256": None})}
-            for shard in shards]
+class LogImport(NamedTuple):
+    """The import half of a job that scores logs: the import's transform
+    (matched logs and options) and its manifest's header, which the run's
+    manifest holds as its `import` beside the logs' reports."""
+
+    transform: ImportToScore
+    header: dict
+
+
+def input_identities(identities) -> list:
+    """Each input file, (path, FileIdentity or None), as the manifest records
+    it: path, size, modification time and the sha256 of its Parquet footer
+    (null when it had none)."""
+    return [{"file": path, **({"size": identity.size, "mtime_ns": identity.mtime_ns,
+                               "footer_sha256": identity.footer_sha256} if identity else
+                              {"size": None, "mtime_ns": None, "footer_sha256": None})}
+            for path, identity in identities]
 
 
 def check_verdict_source(shards, policy, accept_no_verdict: bool = False) -> None:
@@ -212,19 +287,26 @@ def check_verdict_source(shards, policy, accept_no_verdict: bool = False) -> Non
             raise NoVerdictSource(paths)
 
 
-def build(pipeline: beam.Pipeline, config, manifest_header: dict, finish=None) -> int:
+def build(pipeline: beam.Pipeline, config, manifest_header: dict, finish=None,
+          logs: LogImport | None = None) -> int | None:
     """Adds the whole job (score, then write everything) to `pipeline` for a
-    pipeline.options.RunConfig; returns how many shards it reads. `finish`,
+    pipeline.options.RunConfig; returns how many shards it reads (None when
+    it imports `logs` instead: config.inputs are those logs). `finish`,
     a picklable callable, runs once as the job's last step, after
     metrics.json and the manifest are written (pipeline.job.PublishStep:
     the job publishes itself)."""
-    score = ScoreTrajectories(config.inputs, config.mode, config.batch_rows, config.policy,
+    inputs = config.inputs if logs is None else LogInputs(logs.transform)
+    score = ScoreTrajectories(inputs, config.mode, config.batch_rows, config.policy,
                               config.bounds, config.max_slice_keys, config.max_groups)
-    check_verdict_source(score.shards, config.policy, config.accept_no_verdict)
+    if logs is None:
+        check_verdict_source(score.shards, config.policy, config.accept_no_verdict)
+    elif config.policy is None and not config.accept_no_verdict:
+        raise NoVerdictSource(logs.transform.files)  # no log records a verdict
     # What a later run re-scoring this one's inputs checks they still are (pipeline.rescore).
-    manifest_header = {**manifest_header, "input_identities": input_identities(score.shards)}
+    manifest_header = {**manifest_header, "input_identities": score.inputs.identities()}
     outputs = pipeline | "Score trajectories" >> score
-    written = outputs | "Write outputs" >> WriteOutputs(config.output, manifest_header)
+    written = outputs | "Write outputs" >> WriteOutputs(config.output, manifest_header,
+                                                        logs.header if logs is not None else None)
     if finish is not None:
         written | "Publish the run" >> beam.Map(finish)
-    return len(score.shards)
+    return len(score.shards) if logs is None else None

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 
 from litmus_score import text
 from litmus_score.exits import Exit
-from litmus_score.importers.pipeline import FORMATS, IMPORT_MANIFEST_FILE, TRAJECTORIES_DIR, UNMAPPED_DIR
-from litmus_score.scoring.layout import LOCK_FILE
+from litmus_score.importers import FORMATS
+from litmus_score.importers.manifest import summary_lines
+from litmus_score.scoring.layout import IMPORT_MANIFEST_FILE, LOCK_FILE, TRAJECTORIES_DIR, UNMAPPED_DIR
 from pipeline.options import UsageError, folder_name
 from pipeline.publish import FolderKind
 
@@ -27,8 +28,6 @@ DEFAULT_PRINCIPAL = "agent"
 # What an import writes into its folder; it finished when its manifest exists.
 IMPORT = FolderKind("import", frozenset({IMPORT_MANIFEST_FILE, TRAJECTORIES_DIR, UNMAPPED_DIR, LOCK_FILE}),
                     IMPORT_MANIFEST_FILE)
-# Exit codes of a scored run that 4 (a log not imported) takes precedence over.
-VERDICTS = (Exit.OK, Exit.REGRESSION, Exit.WITHHELD)
 _EXTRAS = {"inspect": "inspect", "agentdojo": "agentdojo", "otel": "otel", "scout": "scout"}
 
 
@@ -70,48 +69,30 @@ def add_import_flags(parser) -> None:
 
 
 def summary(manifest: dict, output: str) -> str:
-    totals = manifest["totals"]
-    lines = [f"litmus-score import {manifest['format']}: {totals['files']} file(s), {totals['units']} "
-             f"{manifest['units']} -> {totals['trajectories']} trajectories with {totals['calls']} calls; "
-             f"{totals['unmapped']} entries unmapped"]
-    lines += [f"  unmapped {text.shown(reason)}: {n}" for reason, n in totals["unmapped_by_reason"].items()]
-    if totals["calls_unmapped"]:
-        lines.append(f"  {totals['calls_unmapped']} call(s) the logs show are not in their trajectory's calls: "
-                     "counted in its call_count, so scoring leaves it unscored (call_count_mismatch)")
-    lost = totals["not_imported"]
-    if any(lost.values()):
-        lines.append(f"  not imported: {lost['units']} {manifest['units']}, {lost['calls']} call(s) of no trajectory")
-    principal = manifest["principal"]
-    for context in ("proposal", "commit"):
-        source = principal["source"][context]
-        lines.append(f"  {context} principal: {source['log']} from the log, {source['default']} "
-                     f"the default {text.shown(principal['default'])!r}")
-    if totals["files_skipped"]:
-        lines.append(f"  {totals['files_skipped']} path(s) skipped, never opened: named below")
-    for report in manifest["files"]:
-        if report["error"]:
-            lines.append(f"error: {text.shown(report['file'])} not imported: {text.shown(report['error'])}")
-    lines.append(f"outputs: {output}/ ({IMPORT_MANIFEST_FILE}, {TRAJECTORIES_DIR}/, unmapped/)")
-    return "\n".join(lines)
+    return "\n".join([*summary_lines(manifest),
+                      f"outputs: {output}/ ({IMPORT_MANIFEST_FILE}, {TRAJECTORIES_DIR}/, {UNMAPPED_DIR}/)"])
 
 
-def build_import(config: ImportConfig):
-    """The import job's pipeline, its logs matched; UsageError when the
-    format's library is missing or no log file matches."""
+def import_logs(config: ImportConfig, transform=None, **options) -> tuple:
+    """(the ImportLogs transform of `config`'s logs, its manifest's header);
+    `transform` another class of it (transforms.imports.ImportToScore) with
+    its `options`. UsageError when the format's library is missing or no
+    log file matches."""
     import apache_beam as beam
 
-    from litmus_score.importers import pipeline as p
+    from litmus_score.importers import importer
     from pipeline.job import package_version
+    from transforms import imports
 
-    module = p.importer(config.log_format)
+    module = importer(config.log_format)
     library = _version(module.LIBRARY)
     if library is None:
         raise UsageError(f"importing {config.log_format} logs needs {module.LIBRARY}: "
                          f"pip install 'litmus-score[{_EXTRAS[config.log_format]}]'")
     try:
-        logs_transform = p.ImportLogs(config.log_format, config.logs, config.principal, config.harness_verdict,
-                                      max_sample_mib=config.max_sample_mib,
-                                      identity_attributes=config.identity_attributes)
+        logs_transform = (transform or imports.ImportLogs)(
+            config.log_format, config.logs, config.principal, config.harness_verdict,
+            max_sample_mib=config.max_sample_mib, identity_attributes=config.identity_attributes, **options)
     except ValueError as error:  # NoMatchingLogs, an empty principal, a harness verdict or attributes it cannot read
         raise UsageError(str(error)) from None
     header = {
@@ -128,9 +109,19 @@ def build_import(config: ImportConfig):
         # contract field <- log field; null: the source does not record it.
         "observes": module.OBSERVES,
     }
+    return logs_transform, header
+
+
+def build_import(config: ImportConfig):
+    """The import job's pipeline, its logs matched; UsageError as import_logs'."""
+    import apache_beam as beam
+
+    from transforms import imports
+
+    logs_transform, header = import_logs(config)
     pipeline = beam.Pipeline(options=config.beam)
     imported = pipeline | "Import logs" >> logs_transform
-    imported | "Write import" >> p.WriteImport(config.output, header, logs_transform.schema)
+    imported | "Write import" >> imports.WriteImport(config.output, header, logs_transform.schema)
     return pipeline
 
 
@@ -138,7 +129,7 @@ def run_import(config: ImportConfig, pipeline) -> tuple:
     """Runs the import job into its claimed folder; (exit code, manifest). Failed if it did not finish."""
     from apache_beam.io.filesystems import FileSystems
 
-    from litmus_score.importers import pipeline as p
+    from litmus_score.importers.manifest import incomplete
     from pipeline import job
 
     job.execute(pipeline)
@@ -146,7 +137,7 @@ def run_import(config: ImportConfig, pipeline) -> tuple:
         with FileSystems.open(FileSystems.join(config.output, IMPORT_MANIFEST_FILE)) as handle:
             manifest = json.loads(handle.read().decode("utf-8"))
     print(summary(manifest, config.output))
-    return (Exit.INCOMPLETE_INPUT if p.incomplete(manifest) else Exit.OK), manifest
+    return (Exit.INCOMPLETE_INPUT if incomplete(manifest) else Exit.OK), manifest
 
 
 class _Parser(argparse.ArgumentParser):
@@ -185,67 +176,58 @@ def import_command(argv) -> Exit:
         lock.release()
 
 
-def import_and_score(argv) -> Exit:
-    """`score --input_format FORMAT --input LOGS ...`: imports into
-    OUTPUT/imported/, then scores those shards into OUTPUT with the rest of
-    the flags, holding OUTPUT's lock throughout (with --replace, an earlier
-    attempt is replaced whole, its imported/ too)."""
-    from pipeline import job, publish
+def plan(argv) -> tuple:
+    """(the import flags, the RunConfig, the pinned baseline or None) of
+    `score --input_format FORMAT --input LOGS ...`; UsageError, PublishError."""
+    from pipeline import job
 
     parser = _Parser(prog="litmus-score score", add_help=False)
     parser.add_argument("--input_format", "--input-format", choices=FORMATS, required=True)
     parser.add_argument("--input", dest="inputs", action="append", required=True)
     parser.add_argument("--output", required=True)
     add_import_flags(parser)
+    args, rest = parser.parse_known_args(argv)
+    config, baseline = job.configure(rest, inputs=args.inputs, output=folder_name(args.output))
+    return args, config, baseline
+
+
+def import_and_score(argv) -> Exit:
+    """`score --input_format FORMAT --input LOGS ...`: imports the logs and
+    scores them into OUTPUT in one job (score_logs), with the rest of the flags."""
+    from pipeline import publish
+
     try:
-        args, rest = parser.parse_known_args(argv)
-        output = folder_name(args.output)
-        config, baseline = job.configure(rest, inputs=[imported_shards(output)], output=output)
+        args, config, baseline = plan(argv)
     except (UsageError, publish.PublishError) as error:
         text.error(error)
         return Exit.USAGE
-    return import_then_score(args, config, baseline)
+    return score_logs(args, config, baseline)
 
 
-def imported_shards(output: str) -> str:
-    """The glob of the shards `import_then_score` imports for a run into `output`."""
-    from apache_beam.io.filesystems import FileSystems
+def log_import(args, config):
+    """The import half (pipeline.graph.LogImport) of a job that scores the logs
+    `args` name (input_format, inputs and the import flags) as `config` says;
+    UsageError as import_logs'."""
+    from pipeline.graph import LogImport
+    from transforms.imports import ImportToScore
 
-    from litmus_score.scoring.layout import IMPORTED_DIR
+    import_config = ImportConfig(args.input_format, tuple(args.inputs), config.output, args.principal, config.beam,
+                                 args.harness_verdict, args.max_sample_mib, args.identity_attributes)
+    return LogImport(*import_logs(import_config, ImportToScore, max_text_bytes=config.bounds.max_text_bytes))
 
-    return FileSystems.join(output, IMPORTED_DIR, TRAJECTORIES_DIR, "*.parquet")
 
-
-def import_then_score(args, config, baseline, night: dict | None = None) -> Exit:
-    """Imports the logs `args` name (input_format, inputs and the import
-    flags) into config.output's imported/, then scores them as `config`
-    says (its inputs: imported_shards), holding the output's lock
-    throughout; `night` as job.run's."""
-    from apache_beam.io.filesystems import FileSystems
-
-    from litmus_score.scoring.layout import IMPORTED_DIR
-    from pipeline import job, publish
-    from transforms.read import NoVerdictSource
+def score_logs(args, config, baseline, night: dict | None = None, submit: bool = False) -> Exit:
+    """Imports the logs `args` name and scores their trajectories as `config`
+    says, in one job: no file between the two, the import's manifest part of
+    the run's (`import`), its unmapped entries the run's unmapped/. A log
+    not imported whole is input not scored: exit 4 wins over 0, 3 and 5.
+    `night` as job.run's; `submit`: submitted, the job publishing itself
+    (job.submit), for a launcher that must not wait."""
+    from pipeline import job
 
     try:
-        if config.policy is None and not config.accept_no_verdict:  # logs record no verdict: stop before importing
-            raise NoVerdictSource(args.inputs)
-        imported = FileSystems.join(config.output, IMPORTED_DIR)
-        import_config = ImportConfig(args.input_format, tuple(args.inputs), imported, args.principal, config.beam,
-                                     args.harness_verdict, args.max_sample_mib, args.identity_attributes)
-        pipeline = build_import(import_config)
-        lock = publish.claim(config.output, config.replace, night)
-    except (UsageError, publish.PublishError, NoVerdictSource) as error:
+        logs = log_import(args, config)
+    except UsageError as error:
         text.error(error)
         return Exit.USAGE
-    try:
-        code, _ = run_import(import_config, pipeline)
-        print()
-        scored = job.run(config, baseline, night, claimed=lock)
-    except job.Failed as failed:
-        text.error(f"{failed}; {config.output} was not published")
-        return Exit.FAILED
-    finally:
-        lock.release()
-    # A file that could not be imported is input that was not scored: 4 wins over 0, 3 and 5.
-    return Exit.INCOMPLETE_INPUT if code == Exit.INCOMPLETE_INPUT and scored in VERDICTS else scored
+    return (job.submit if submit else job.run)(config, baseline, night, logs=logs)

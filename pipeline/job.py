@@ -20,6 +20,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from litmus_score import text
 from litmus_score.exits import Exit, Terminated, of_run, of_stop, stop_name
+from litmus_score.importers.manifest import incomplete, summary_lines
 from litmus_score.scoring.layout import (
     COMPARISON_FILE,
     COMPARISON_MANIFEST_SCHEMA,
@@ -59,8 +60,10 @@ def summary(metrics: dict, manifest: dict, output: str) -> str:
     """A short, readable account of a run."""
     mode = metrics["adjudication"]
     trajectories, inputs = metrics["totals"]["trajectories"], metrics["inputs"]
-    lines = [f"litmus-score: {trajectories['input']} trajectories from {len(manifest['inputs'])} shard(s), "
-             f"adjudication={mode}"]
+    imported = manifest.get("import")
+    lines = [*summary_lines(imported), ""] if imported is not None else []
+    lines.append(f"litmus-score: {trajectories['input']} trajectories from {len(manifest['inputs'])} "
+                 f"{'log' if imported is not None else 'shard'}(s), adjudication={mode}")
     if trajectories["duplicates_dropped"]:
         lines.append(f"{trajectories['duplicates_dropped']} duplicate(s) dropped: identical copies of a "
                      "(run_id, trajectory_id) counted once")
@@ -109,6 +112,30 @@ def policy_diff_lines(diff: dict | None) -> list:
     return ["  policy diff (baseline -> this run):", *lines] if lines else []
 
 
+# Drivers per dimension the terminal names; comparison.json and the report hold more.
+TERMINAL_DRIVERS = 3
+
+
+def driver_lines(drivers: dict | None) -> list:
+    """What drove an agent's change (comparison.json's drivers), largest contribution first, for the terminal:
+    the first names only, never the folded rest."""
+    if drivers is None:
+        return []
+    lines = []
+    for dimension, label, unit in (("tool", "by tool", "calls"), ("task_category", "by task category", "trajectories")):
+        entries = drivers.get(dimension)
+        if entries is None:
+            continue
+        named = [entry for entry in entries if entry.get("folded") is not True]
+        shown = [f"{text.shown(entry['name'])} {entry['old']['misuse']}/{entry['old'][unit]} -> "
+                 f"{entry['new']['misuse']}/{entry['new'][unit]} ({entry['contribution'] * 100:+.1f})"
+                 for entry in named[:TERMINAL_DRIVERS]]
+        more = len(entries) - len(shown)
+        lines.append(f"    {label} (misuse {unit}, baseline -> this run; change per 100 scored trajectories): "
+                     + ", ".join(shown) + (f"; {more} more in comparison.json" if more > 0 else ""))
+    return lines
+
+
 def comparison_lines(comparison: dict) -> list:
     """The verdict per agent, or why it is withheld, for the terminal."""
     if comparison["withheld"]:
@@ -127,6 +154,7 @@ def comparison_lines(comparison: dict) -> list:
     for agent in comparison["agents"]:
         lines.append(f"  {text.shown(agent['agent'])}: {agent['verdict']}"
                      + (f" ({'; '.join(text.shown(r) for r in agent['reasons'])})" if agent["reasons"] else ""))
+        lines += driver_lines(agent.get("drivers"))
     return lines
 
 
@@ -269,14 +297,15 @@ class PublishStep:
 
 
 def run(config: RunConfig, baseline: publish.Run | None = None, night: dict | None = None,
-        claimed: publish.Lock | None = None) -> Exit:
+        claimed: publish.Lock | None = None, logs: graph.LogImport | None = None) -> Exit:
     """Scores, publishes and summarizes one run; returns its exit code.
 
     `baseline` is the run config.baseline names, read by the caller before
     anything else (publish.pin_run); `night` ({date, inputs}, from
     `nightly`) goes into the manifest and lets the run replace that night's
     own earlier attempt; `claimed` is the output folder's lock when the
-    caller claimed it (and releases it) itself. Whatever stops the run
+    caller claimed it (and releases it) itself; `logs`, the logs
+    config.inputs names, imported in the same job. Whatever stops the run
     (a failure, SIGINT, SIGTERM) is one line on stderr: the lock is released
     and the run is not published."""
     try:
@@ -286,7 +315,7 @@ def run(config: RunConfig, baseline: publish.Run | None = None, night: dict | No
         return Exit.USAGE
     try:
         # Globs are matched here, once, before any work is launched or the output is touched.
-        shard_count = graph.build(pipeline, config, manifest_header(config, night))
+        shard_count = graph.build(pipeline, config, manifest_header(config, night), logs=logs)
         lock = claimed or publish.claim(config.output, config.replace, night)
     except (NoMatchingShards, NoVerdictSource, publish.PublishError) as error:
         text.error(error)
@@ -308,11 +337,14 @@ def run(config: RunConfig, baseline: publish.Run | None = None, night: dict | No
     print(summary(metrics, manifest, config.output))
     if comparison is not None:
         print("\n".join(["", *comparison_lines(comparison)]))
-    lost = manifest["unreadable_files"] or metrics["totals"]["trajectories"]["unscored_by_reason"].get("pipeline_error")
+    # A log not imported whole is input that was not scored, as an unreadable shard is.
+    lost = (manifest["unreadable_files"] or ("import" in manifest and incomplete(manifest["import"]))
+            or metrics["totals"]["trajectories"]["unscored_by_reason"].get("pipeline_error"))
     return of_run(bool(lost), comparison["exit_code"] if comparison is not None else Exit.OK)
 
 
-def submit(config: RunConfig, baseline: publish.Run | None = None, night: dict | None = None) -> Exit:
+def submit(config: RunConfig, baseline: publish.Run | None = None, night: dict | None = None,
+           logs: graph.LogImport | None = None) -> Exit:
     """Submits the job and returns without waiting for it: the job publishes
     itself as its last step (PublishStep) and releases the output folder's
     lock. For a launcher that must not outlive the submission: Dataflow's
@@ -321,7 +353,7 @@ def submit(config: RunConfig, baseline: publish.Run | None = None, night: dict |
     job was submitted."""
     try:
         pipeline = beam.Pipeline(options=config.beam)
-        graph.build(pipeline, config, manifest_header(config, night), finish=PublishStep(config, baseline))
+        graph.build(pipeline, config, manifest_header(config, night), finish=PublishStep(config, baseline), logs=logs)
         lock = publish.claim(config.output, config.replace, night)
     except ValueError as error:  # an unknown runner, NoMatchingShards, NoVerdictSource, PublishError
         text.error(error)

@@ -9,8 +9,8 @@ pipeline.rescore).
 Re-running a night replaces that night's own earlier attempt, complete or
 not (the manifest records the night and its inputs); the folder of another
 night is never written over, and one scored from other inputs only with
---replace. With --input_format the inputs are logs, imported into the
-night's imported/ and then scored (pipeline.imports.import_then_score).
+--replace. With --input_format the inputs are logs, imported and scored in
+one job (pipeline.imports.score_logs).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from apache_beam.io.filesystems import FileSystems
 
 from litmus_score import text
 from litmus_score.exits import Exit
-from litmus_score.importers.pipeline import FORMATS
+from litmus_score.importers import FORMATS
 from litmus_score.scoring.layout import NIGHT_PREFIX
 from pipeline.flags import beam_options, check_flags
-from pipeline.imports import add_import_flags, import_then_score, imported_shards
+from pipeline.imports import add_import_flags, score_logs
 from pipeline.nights import night_folders, read_night
 from pipeline.options import UsageError, folder_name, validate
 from pipeline.publish import PublishError, Run
@@ -51,8 +51,8 @@ def _parser() -> _Parser:
                         help="Parquet path or glob (logs with --input_format); {date} stands for --date; repeat for "
                              "several (required)")
     parser.add_argument("--input_format", "--input-format", choices=FORMATS, default=None,
-                        help="the inputs are logs of this format: imported into the night's imported/, then scored "
-                             "(as score --input_format)")
+                        help="the inputs are logs of this format: imported and scored in one job (as score "
+                             "--input_format)")
     add_import_flags(parser)
     parser.add_argument("--output_root", "--output-root", dest="output_root",
                         help="folder of the nights' outputs: local, gs://, ... (required)")
@@ -106,11 +106,9 @@ def plan(argv):
     output = FileSystems.join(root, NIGHT_PREFIX + date)
     night = {"date": date, "inputs": inputs}
     if args.input_format:
-        # The logs are the night's inputs; the shards scored are the ones imported from them.
         night["input_format"] = args.input_format
         args.inputs = inputs
-    config = validate(beam_options(rest, inputs=[imported_shards(output)] if args.input_format else inputs,
-                                   output=output))
+    config = validate(beam_options(rest, inputs=inputs, output=output))
     baseline = find_baseline(root, date)
     if baseline is not None:
         config = dataclasses.replace(config, baseline=baseline.folder)
@@ -132,7 +130,7 @@ def main(argv) -> Exit:
     print(f"litmus-score nightly {night['date']}: baseline "
           + (text.shown(baseline.folder) if baseline else "none (no earlier complete night)"))
     if args.input_format:
-        code = import_then_score(args, config, baseline, night)
+        code = score_logs(args, config, baseline, night)
     else:
         code = job.run(config, baseline, night)
     if code in PUBLISHED:

@@ -44,16 +44,18 @@ from litmus_score.scoring.layout import (
     REPORT_FILE,
     SUCCESS_MARKER,
     TEMP_PREFIX,
+    UNMAPPED_DIR,
     UNSCORED_DIR,
 )
 from pipeline.processes import boot_id, process_start
 from transforms.files import delete_exactly, is_local, literal_pattern, objects_under, to_json, write_text, write_whole
 from transforms.write import FILE_SETS
 
-# Every name a run writes at the top of its folder (IMPORTED_DIR: the logs
-# `score --input_format` imported there just before, this run's own input).
+# Every name a run writes at the top of its folder (UNMAPPED_DIR: what of the
+# logs `score --input_format` imports became no trajectory; IMPORTED_DIR:
+# where a run written before it imported in the same job kept its import).
 RUN_NAMES = frozenset({METRICS_FILE, MANIFEST_FILE, EVIDENCE_FILE, COMPARISON_FILE, REPORT_FILE, SUCCESS_MARKER,
-                       LOCK_FILE, IMPORTED_DIR, POLICY_FILE, POLICY_SOURCE_FILE, UNSCORED_DIR,
+                       LOCK_FILE, IMPORTED_DIR, UNMAPPED_DIR, POLICY_FILE, POLICY_SOURCE_FILE, UNSCORED_DIR,
                        *(files.folder for files in FILE_SETS.values())})
 _READ_ERRORS = (OSError, BeamIOError, ValueError, KeyError, TypeError, AttributeError)
 
@@ -95,7 +97,7 @@ class FolderKind:
     finished_marker: str
 
 
-# A scoring run's folder (IMPORTED_DIR: the logs `score --input_format` imported there, the run's own input).
+# A scoring run's folder.
 RUN = FolderKind("run", RUN_NAMES, SUCCESS_MARKER)
 # `compare`'s folder: the comparison, the report of the newer run against the older, their manifest.
 COMPARISON = FolderKind("comparison", frozenset({COMPARISON_FILE, REPORT_FILE, MANIFEST_FILE, SUCCESS_MARKER,

@@ -5,7 +5,9 @@ adjudication mode or spec version), the baseline's rates do not compare
 with tonight's. Its manifest names the files it read, each with the
 identity it had then (`input_identities`: size, modification time, the
 sha256 of its Parquet footer); when every one is still there and
-unchanged, they are scored again under tonight's policy and mode, and
+unchanged, they are scored again under tonight's policy and mode (a
+baseline that imported its logs imports them again as its manifest's
+`import` says: format, default principal, harness verdict, bounds), and
 tonight is compared with that, labelled as such (comparison.json's
 `baseline.rescored`). When one moved or changed, the verdict is withheld
 as before, with one line naming the file (docs/nightly.md).
@@ -25,12 +27,13 @@ from litmus_score import text
 from litmus_score.scoring import contract as c
 from litmus_score.scoring.compare import rules_changed, rules_of
 from litmus_score.scoring.layout import METRICS_FILE, TEMP_PREFIX
-from pipeline.graph import ScoreTrajectories
+from pipeline.graph import LogInputs, ScoreTrajectories
 from pipeline.options import RunConfig
 from pipeline.publish import Run
 from transforms.conform import UNREADABLE
 from transforms.elements import FileIdentity
 from transforms.files import delete_exactly, to_json, write_whole
+from transforms.imports import ImportToScore
 from transforms.shardfiles import identify, what_changed
 
 
@@ -65,14 +68,31 @@ def check_inputs(baseline: Run) -> list:
     return [entry["file"] for entry in recorded]
 
 
+def baseline_inputs(baseline: Run, paths: list, config: RunConfig):
+    """What ScoreTrajectories reads of the baseline's inputs: its shards'
+    paths, or its logs imported again as it imported them (LogInputs)."""
+    imported = baseline.manifest.get("import")
+    if imported is None:
+        return paths
+    principal = imported["principal"]
+    attributes = principal.get("identity_attributes")
+    try:
+        return LogInputs(ImportToScore(imported["format"], paths, principal["default"], imported["harness_verdict"],
+                                       max_sample_mib=imported["max_sample_mib"],
+                                       identity_attributes=",".join(attributes) if attributes else None,
+                                       max_text_bytes=config.bounds.max_text_bytes))
+    except (ValueError, ImportError) as error:  # no longer matched, or the format's library is gone
+        raise RescoreError(f"the baseline's logs cannot be imported again: {text.display(error, 200)}") from None
+
+
 def rescored(baseline: Run, config: RunConfig, execute: Callable[[beam.Pipeline], None]) -> Run:
     """The baseline with the metrics of its inputs scored under tonight's
     policy and mode, run by `execute` (the launcher's: it raises, in one
     line, when the job fails); RescoreError when they cannot be read as
     they were or the job fails."""
     paths = check_inputs(baseline)
-    score = ScoreTrajectories(paths, config.mode, config.batch_rows, config.policy, config.bounds,
-                              config.max_slice_keys, config.max_groups)
+    score = ScoreTrajectories(baseline_inputs(baseline, paths, config), config.mode, config.batch_rows,
+                              config.policy, config.bounds, config.max_slice_keys, config.max_groups)
     folder = FileSystems.join(config.output, f"{TEMP_PREFIX}rescore-{uuid.uuid4().hex}")
     pipeline = beam.Pipeline(options=config.beam)
     metrics = (pipeline | "Re-score the baseline's inputs" >> score)["metrics"]

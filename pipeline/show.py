@@ -92,6 +92,19 @@ def _verdict(call, context: str) -> str:
     return f"{_t(value, 8)} ({_t(decided_by or call[f'{context}_verdict_source'], 40)})" if value is not None else "-"
 
 
+def policy_disputes(call) -> str:
+    """Where the policy disagrees with a recorded verdict: the policy's own verdict and what
+    decided it, per context; "" where it agrees (or a run written before these fields)."""
+    disputes = []
+    for context in ("proposal", "commit"):
+        ruling = call.get(f"{context}_policy_ruling")
+        if ruling is not None:
+            decided_by = call.get(f"{context}_policy_decided_by") or c.FROM_POLICY
+            disputes.append(f"{context} recorded {_t(call[f'{context}_verdict'], 8)}, "
+                            f"the policy's {_t(ruling, 8)} ({_t(decided_by, 40)})")
+    return "; ".join(disputes)
+
+
 def _scored_lines(calls, trajectory, mode, evidence) -> list:
     flags = [name.replace("_", "-") for name in ("over_penalized", "under_penalized", "execution_hallucination")
              if trajectory and trajectory[name]]
@@ -110,6 +123,9 @@ def _scored_lines(calls, trajectory, mode, evidence) -> list:
                      f"{_environment(call.get('outcome'), call.get('status_code'), call.get('state_mutated')):<31} "
                      f"{_t(call['category'], 24)}")
         lines.append(f"{'':>7}why: {why(call, mode)}")
+        disputes = policy_disputes(call)
+        if disputes:
+            lines.append(f"{'':>7}policy disagrees: {disputes}")
     if not calls:
         lines.append(f"{'':>7}(no calls)")
     for kind, case in evidence:

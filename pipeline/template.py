@@ -9,10 +9,9 @@ manifest and _SUCCESS, and releases the lock (pipeline.job.submit). Every
 option Dataflow's launcher adds (--runner, --project, --setup_file, ...)
 goes to Beam unchanged.
 
-It scores shards only: logs (`--input_format`) need an import job that
-finishes before the scoring job's globs are matched, which a launcher that
-submits one job and exits cannot run; import them first (`litmus-score
-import`, any runner) and give the template the shards.
+With `input_format` the inputs are logs of that format, imported and
+scored in the same job (pipeline.imports.score_logs), as `score
+--input_format` and `nightly --input_format` do.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ COMMANDS = ("score", "nightly")
 
 
 def main(argv) -> Exit:
-    from pipeline import job, nightly
+    from pipeline import imports, job, nightly
     from pipeline.options import UsageError
     from pipeline.publish import PublishError
 
@@ -38,14 +37,17 @@ def main(argv) -> Exit:
     try:
         if command not in COMMANDS:
             raise UsageError(f"--command must be one of {', '.join(COMMANDS)}, got {command!r}")
-        if any(arg.split("=", 1)[0] in ("--input_format", "--input-format") for arg in rest):
-            raise UsageError("the Flex Template scores shards, not logs: import the logs first (litmus-score "
-                             "import FORMAT LOGS --output gs://...) and give it their trajectories/*.parquet")
+        logs = None
         if command == "nightly":
-            config, night, baseline, _, _ = nightly.plan(rest)
+            config, night, baseline, _, args = nightly.plan(rest)
+            logs = args if args.input_format else None
+        elif any(arg.split("=", 1)[0] in ("--input_format", "--input-format") for arg in rest):
+            (logs, config, baseline), night = imports.plan(rest), None
         else:
             (config, baseline), night = job.configure(rest), None
     except (UsageError, PublishError) as error:
         text.error(error)
         return Exit.USAGE
+    if logs is not None:
+        return imports.score_logs(logs, config, baseline, night, submit=True)
     return job.submit(config, baseline, night)

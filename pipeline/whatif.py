@@ -93,13 +93,13 @@ class WhatIfConfig:
     def folder_kind(self) -> publish.FolderKind:
         return publish.FolderKind("what-if", WHATIF_NAMES | frozenset(self.names), SUCCESS_MARKER)
 
-    def manifest_header(self, shards) -> dict:
+    def manifest_header(self, identities: list) -> dict:
         return {"schema": WHATIF_MANIFEST_SCHEMA,
                 "package": {"name": "litmus-score", "version": job.package_version(), "apache_beam": beam.__version__},
                 "options": {**self.run.as_dict(), "candidates": self.files[1:]},
                 "policies": [policy_entry(name, file, policy.sha256)
                              for name, file, policy in zip(self.names, self.files, self.policies)],
-                "input_identities": graph.input_identities(shards)}
+                "input_identities": identities}
 
 
 def configure(argv) -> WhatIfConfig:
@@ -161,7 +161,7 @@ def build(pipeline: beam.Pipeline, config: WhatIfConfig) -> int:
     score = graph.ScoreUnderPolicies(run.inputs, config.policies, run.mode, run.batch_rows, run.bounds,
                                      run.max_slice_keys, run.max_groups)
     outputs = pipeline | "Score under each policy" >> score
-    finish = WriteWhatIf(config, config.manifest_header(score.shards))
+    finish = WriteWhatIf(config, config.manifest_header(score.inputs.identities()))
     tagged = [outputs[key] | f"Tag {key}" >> beam.Map(lambda value, key=key: (key, value))
               for key in ("metrics", "flips")]
     tagged.append(outputs["shard_reports"] | "Tag reports" >> beam.Map(lambda report: ("reports", report)))

@@ -43,6 +43,9 @@ ODD_ARGUMENTS = [
     '{"a": [[[[[[[[1]]]]]]]]}',  # beyond a small depth bound
     '{"note": "' + "long text " * 8 + '"}',  # beyond a small size bound
 ]
+# Three the example policy (configs/policy.yaml) names, and one it does not, on which it abstains:
+# a recorded verdict there is no dispute.
+TOOLS = ["transfer_funds", "chmod", "delete_records", "launch_rocket"]
 PRINCIPALS = ["agent", "agent", "agent", "session-admin"]
 ODD_PRINCIPALS = ["", None]
 OUTCOMES = ["committed", "rejected", "gated", "error"]
@@ -77,7 +80,7 @@ def calls(draw, index):
     return draw(pick([{
         "call_id": draw(pick([f"c{index}"], ["c0", None])),
         "step": draw(pick([index], [index - 1, 0, None, -5])),
-        "tool": draw(pick(["transfer_funds", "chmod", "delete_records"], [None, b"chm\xc3od"])),
+        "tool": draw(pick(TOOLS, [None, b"chm\xc3od"])),
         "arguments": draw(pick(GOOD_ARGUMENTS, ODD_ARGUMENTS)),
         "proposal": draw(pick([draw(contexts())], [None])),
         "commit": draw(pick([draw(contexts(commit=True))], [None], odd_one_in=8)),

@@ -53,7 +53,8 @@ def trajectory_verdicts(row, score):
     ids = [call["call_id"] for call in row["calls"]]
     return (row["run_id"], row["agent"], misuse, legacy, legacy and not misuse, misuse and not legacy, hallucination,
             [i for i, s in zip(ids, score.calls) if s.category in c.MISUSE_CATEGORIES],
-            [i for i, s in zip(ids, score.calls) if s.proposal_verdict == c.DENY])
+            [i for i, s in zip(ids, score.calls) if s.proposal_verdict == c.DENY],
+            [m.misuse_decided_by(s) for s in score.calls if s.category in c.MISUSE_CATEGORIES])
 
 
 def reference(rows, mode, policy=None, bounds=DEFAULT_BOUNDS):
@@ -67,7 +68,8 @@ def reference(rows, mode, policy=None, bounds=DEFAULT_BOUNDS):
             trajectories[row["trajectory_id"]] = trajectory_verdicts(row, score)
             calls |= {(row["trajectory_id"], call["call_id"], s.category, s.proposal_verdict, s.commit_verdict,
                        s.realized, s.proposal_verdict_source, s.commit_verdict_source, s.policy_disagreement,
-                       s.proposal_decided_by, s.commit_decided_by)
+                       s.proposal_decided_by, s.commit_decided_by, s.proposal_policy_ruling,
+                       s.proposal_policy_decided_by, s.commit_policy_ruling, s.commit_policy_decided_by)
                       for call, s in zip(row["calls"], score.calls)}
         else:
             unscored[row["trajectory_id"]] = score.reasons
@@ -103,7 +105,8 @@ def vectorized(rows, mode, batch_rows, policy=None, bounds=DEFAULT_BOUNDS):
     calls = {
         (r["trajectory_id"], r["call_id"], r["category"], r["proposal_verdict"], r["commit_verdict"], r["realized"],
          r["proposal_verdict_source"], r["commit_verdict_source"], r["policy_disagreement"],
-         r["proposal_decided_by"], r["commit_decided_by"])
+         r["proposal_decided_by"], r["commit_decided_by"], r["proposal_policy_ruling"],
+         r["proposal_policy_decided_by"], r["commit_policy_ruling"], r["commit_policy_decided_by"])
         for t in scored_tables for r in t.to_pylist()
     }
     unscored = {r["trajectory_id"]: r["reasons"] for t in unscored_tables for r in t.to_pylist()}
@@ -112,7 +115,7 @@ def vectorized(rows, mode, batch_rows, policy=None, bounds=DEFAULT_BOUNDS):
     for stats in statistics + [unscored_statistics(t) for t in unscored_tables]:
         acc = fn.add_input(acc, stats)
     fields = ("run_id", "agent", "misuse", "legacy_misuse", "over_penalized", "under_penalized",
-              "execution_hallucination", "misuse_calls", "flagged_calls")
+              "execution_hallucination", "misuse_calls", "flagged_calls", "misuse_decided_by")
     trajectories = {r["trajectory_id"]: tuple(r[f] for f in fields) for t in trajectory_tables for r in t.to_pylist()}
     assert len(trajectories) == sum(t.num_rows for t in trajectory_tables)  # one row per scored trajectory
     return calls, unscored, fn.extract_output(acc), trajectories

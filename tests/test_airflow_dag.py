@@ -1,17 +1,19 @@
 """The nightly Airflow DAG (deploy/airflow) as shipped: it loads, and `dag.test` runs it for a
 fixed logical date: the sensor waits for the night, the Beam operator scores it in the
-environment the DAG's `environment` param names, verdicts fail at once and alert.
+environment the deployer set (`environment`, not a run param), verdicts fail at once and alert.
+The documented deploy, run as written, leaves Airflow no import error.
 
 Airflow's pins disagree with the project's, so this runs in its own virtualenv
 (`make test-airflow`: a fresh AIRFLOW_HOME whose dags folder is deploy/airflow, and
 LITMUS_REQUIRE_AIRFLOW=1, under which a missing Airflow fails instead of skipping). The main
-test run skips it. Configured as a deployer configures it, by the DAG's params: litmus-score
-checked out at the repo's root with its environment in .venv (as docs/runners.md puts it at
-/opt/litmus-score), or, for one night, a pip requirement the operator builds a virtualenv from.
+test run skips it. Configured as a deployer configures it: litmus-score checked out at the repo's
+root with its environment in .venv (as docs/runners.md puts it at /opt/litmus-score), or, for one
+night, a pip requirement the operator builds a virtualenv from; the rest by the DAG's params.
 """
 
 import json
 import os
+import re
 import subprocess
 import sys
 from datetime import timedelta
@@ -33,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 DAGS = REPO / "deploy" / "airflow"
 # litmus-score where a deployer would have it: a checkout and its environment.
 CHECKOUT_PYTHON = REPO / ".venv" / "bin" / "python"
+DEPLOY_DOCS = (REPO / "docs" / "runners.md").read_text().split("## Nightly on Airflow", 1)[1]
 AGENT = "orca-8b"  # synthetic.AGENTS[3], whose misuse is planted on the second night
 
 
@@ -69,17 +72,57 @@ def test_schedule_tasks_and_their_bounds(dag):
     assert wait.mode == "reschedule" and wait.poke_interval == 300 and wait.timeout == 4 * 3600
     assert wait.soft_fail is False and wait.on_failure_callback
     assert score.retries == 2 and score.retry_delay == timedelta(minutes=10)
-    assert Path(score.py_file) == DAGS / "litmus_nightly_job.py" and Path(score.py_file).exists()
+    # The job is litmus-score's own module, run with `python -m` in its environment.
+    assert (score.py_options, score.py_file) == (["-m"], "pipeline.nightly_job")
+    assert (REPO / "pipeline" / "nightly_job.py").exists()
+
+
+def deploy_step(number: str) -> str:
+    """docs/runners.md's deploy script, from `# N.` to the next step or the script's end."""
+    script = DEPLOY_DOCS.split("```sh\n", 1)[1].split("```", 1)[0]
+    return f"# {number}. " + re.split(r"\n# \d\. ", script.split(f"# {number}. ", 1)[1], maxsplit=1)[0]
+
+
+def test_the_documented_airflow_is_the_tested_one():
+    pinned = re.findall(r"\S+==\S+", deploy_step("2"))
+    tested = [line for line in (DAGS / "requirements-test.txt").read_text().splitlines() if "==" in line]
+    assert pinned and sorted(pinned) == sorted(tested)
+
+
+def test_the_documented_deploy_leaves_no_import_error(tmp_path):
+    """docs/runners.md's steps as written, but those that install (this virtualenv has what step 2
+    installs) and `airflow dags unpause`, which needs a running Airflow; then Airflow's own check of
+    the dags folder, by its interpreter, from which litmus-score cannot be imported (as in a deployment)."""
+    dags = tmp_path / "dags"
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "home"), "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+           "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("PYTHONPATH", None)
+    step_2 = [line for line in deploy_step("2").splitlines() if line.startswith("airflow ")]  # db migrate
+    step_3 = [line for line in deploy_step("3").replace("/opt/litmus-score", str(REPO)).splitlines()
+              if not line.startswith("airflow dags unpause")]
+    assert [line.split("#")[0].strip() for line in step_2] == ["airflow db migrate"]
+    subprocess.run(["bash", "-euc", "\n".join(step_2 + step_3)], env=env, cwd=tmp_path, check=True,
+                   stdout=subprocess.DEVNULL)
+    assert (dags / "litmus_nightly.json").exists()
+
+    def airflow(*args):
+        done = subprocess.run([sys.executable, "-m", "airflow", *args, "--local", "-o", "json"], env=env,
+                              cwd=tmp_path, capture_output=True, text=True, check=True)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    assert airflow("dags", "list-import-errors") == []
+    assert [dag["dag_id"] for dag in airflow("dags", "list")] == ["litmus_nightly"]
 
 
 def test_paths_are_absolute_params_with_the_documented_defaults(dag):
     params = dag.params.dump()
-    section = (REPO / "docs" / "runners.md").read_text().split("## Nightly on Airflow", 1)[1]
+    settings = {**params, "environment": dag.get_task("score_night").environment}
     for name in ("environment", "input", "output_root"):
-        assert params[name].startswith("/"), name
-        assert f"`{params[name]}`" in section, name  # the docs give the same default
+        assert settings[name].startswith("/"), name
+        assert f"`{settings[name]}`" in DEPLOY_DOCS, name  # the docs give the same default
     for name in ("wait_for", "policy", "thresholds", "night"):
-        assert params[name] is None and f"`{name}`" in section, name
+        assert params[name] is None and f"`{name}`" in DEPLOY_DOCS, name
     for name in ("input", "output_root", "policy", "thresholds", "wait_for"):
         param = dag.params.get_param(name)
         assert param.resolve("gs://bucket/runs/{date}") == "gs://bucket/runs/{date}"
@@ -88,17 +131,24 @@ def test_paths_are_absolute_params_with_the_documented_defaults(dag):
 
 
 def test_a_site_sets_its_own_defaults_beside_the_dag(tmp_path):
-    for name in ("litmus_nightly.py", "litmus_nightly_job.py"):
-        (tmp_path / name).write_bytes((DAGS / name).read_bytes())
+    (tmp_path / "litmus_nightly.py").write_bytes((DAGS / "litmus_nightly.py").read_bytes())
     (tmp_path / "litmus_nightly.json").write_text(json.dumps({
         "input": "gs://bucket/runs/{date}/*.parquet", "output_root": "gs://bucket/scores",
         "wait_for": "gs://bucket/runs/{date}/_DONE", "runner": "DataflowRunner"}))
-    params = DagBag(dag_folder=str(tmp_path)).dags["litmus_nightly"].params.dump()
+    site = DagBag(dag_folder=str(tmp_path)).dags["litmus_nightly"]
+    params = site.params.dump()
     assert params["input"] == "gs://bucket/runs/{date}/*.parquet" and params["runner"] == "DataflowRunner"
-    assert params["environment"] == "/opt/litmus-score/.venv/bin/python"  # the rest as shipped
-    (tmp_path / "litmus_nightly.json").write_text('{"output": "/data/scores"}')
-    errors = DagBag(dag_folder=str(tmp_path)).import_errors
-    assert "unknown param 'output'; the params are environment, input" in " ".join(errors.values())
+    assert site.get_task("score_night").environment == "/opt/litmus-score/.venv/bin/python"  # as shipped
+    (tmp_path / "litmus_nightly.json").write_text('{"environment": "/srv/litmus/.venv/bin/python3"}')
+    site = DagBag(dag_folder=str(tmp_path)).dags["litmus_nightly"]
+    assert site.get_task("score_night").environment == "/srv/litmus/.venv/bin/python3"
+    assert "environment" not in site.params  # the deployer's, not a run's
+    for setting, refusal in [('{"output": "/data/scores"}', "unknown setting 'output'; the settings are "
+                                                             "environment, input"),
+                             ('{"environment": ""}', "environment must be litmus-score's python")]:
+        (tmp_path / "litmus_nightly.json").write_text(setting)
+        errors = DagBag(dag_folder=str(tmp_path)).import_errors
+        assert refusal in " ".join(errors.values())
 
 
 @pytest.mark.parametrize("environment, expected", [
@@ -108,7 +158,7 @@ def test_a_site_sets_its_own_defaults_beside_the_dag(tmp_path):
     ("/opt/litmus-score", ("python3", ["/opt/litmus-score"])),  # a checkout: installed, not run
     ("/wheels/litmus_score-0.1.0-py3-none-any.whl", ("python3", ["/wheels/litmus_score-0.1.0-py3-none-any.whl"])),
 ])
-def test_one_param_names_the_environment(module_of, environment, expected):
+def test_one_setting_names_the_environment(module_of, environment, expected):
     assert module_of["job_environment"](environment) == expected
 
 
@@ -123,7 +173,7 @@ def test_verdict_exits_fail_at_once_and_other_failures_retry(dag, monkeypatch, c
     task = dag.get_task("score_night")
     monkeypatch.setattr(task, "environment", sys.executable)
     with pytest.raises(AirflowException) as failure:
-        task.execute({})
+        task.execute({"params": {}})
     assert type(failure.value) is raised  # AirflowFailException: Airflow does not retry it
 
 
@@ -131,7 +181,7 @@ def test_a_missing_interpreter_fails_loudly_without_retrying(dag, monkeypatch):
     task = dag.get_task("score_night")
     monkeypatch.setattr(task, "environment", "/nowhere/bin/python")
     with pytest.raises(AirflowFailException, match="no python at /nowhere/bin/python"):
-        task.execute({})
+        task.execute({"params": {}})
 
 
 # ---------------------------------------------------------------- dag.test, as a scheduler runs it
@@ -153,11 +203,14 @@ def harness(tmp_path_factory):
     return root
 
 
-def run_night(dag, harness, logical_date, **params):
-    conf = {"environment": str(CHECKOUT_PYTHON), "input": str(harness / "runs" / "{date}" / "*.parquet"),
-            "output_root": str(harness / "scores"), "policy": str(REPO / "configs" / "policy.yaml"),
-            "runner": "FnApiRunner", **params}
-    run = dag.test(logical_date=logical_date, run_conf=conf)
+def run_night(dag, harness, logical_date, environment=str(CHECKOUT_PYTHON), **params):
+    """dag.test with the params in its conf; the environment, deploy-time configuration, set as
+    litmus_nightly.json sets it when the DAG is parsed."""
+    conf = {"input": str(harness / "runs" / "{date}" / "*.parquet"), "output_root": str(harness / "scores"),
+            "policy": str(REPO / "configs" / "policy.yaml"), "runner": "FnApiRunner", **params}
+    with pytest.MonkeyPatch.context() as deployed:
+        deployed.setattr(dag.get_task("score_night"), "environment", environment)
+        run = dag.test(logical_date=logical_date, run_conf=conf)
     return run, {ti.task_id: ti for ti in run.get_task_instances()}
 
 
@@ -195,6 +248,25 @@ def test_a_regression_fails_at_once_and_alerts_in_a_virtualenv_built_from_requir
                       "baseline (exit code 3)"]
 
 
+def test_a_run_cannot_choose_the_program_its_worker_runs(dag, harness, tmp_path, caplog):
+    # A program dressed as an interpreter: were it run (as the old `environment` param ran it), it
+    # would leave its mark.
+    program, mark = tmp_path / "bin" / "python", tmp_path / "ran"
+    program.parent.mkdir()
+    program.write_text(f"#!/bin/sh\ntouch {mark}\n")
+    program.chmod(0o755)
+    conf = {"environment": str(program), "input": str(harness / "runs" / "{date}" / "*.parquet"),
+            "output_root": str(tmp_path / "scores"), "runner": "FnApiRunner"}
+    run = dag.test(logical_date=pendulum.datetime(2026, 12, 1, 2, 30, tz="UTC"), run_conf=conf)
+    score = {ti.task_id: ti for ti in run.get_task_instances()}["score_night"]
+    assert run.state == "failed" and score.state == "failed" and score.try_number == 1
+    assert not mark.exists() and not (tmp_path / "scores").exists()
+    alerts = [r.getMessage() for r in caplog.records if r.getMessage().startswith("litmus-score nightly 2026-11-30")]
+    assert alerts == ["litmus-score nightly 2026-11-30: the scoring task failed: `environment` is not a run param: "
+                      "litmus-score's environment is set when the DAG is deployed (litmus_nightly.json beside it, "
+                      "docs/runners.md)"]
+
+
 def test_a_night_that_never_arrives_fails_the_sensor_loudly(dag, harness, caplog, monkeypatch):
     sensor = dag.get_task("wait_for_night")
     monkeypatch.setattr(sensor, "timeout", 2.0)  # the shipped 4 hours, shortened
@@ -225,6 +297,8 @@ def test_the_sensor_says_whether_the_night_is_late_or_could_not_be_looked_for(da
     ("Apache Beam process failed with return code 5", "no regression verdict: the baseline night was scored under"),
     ("Apache Beam process failed with return code 1", "the scoring job failed (exit code 1)"),
     (None, "the scoring job failed (exit code None)"),
+    ("no python at /nowhere/bin/python: install litmus-score there",
+     "the scoring task failed: no python at /nowhere/bin/python"),
 ])
 def test_the_failure_callback_names_the_verdict_exits(dag, module_of, error, expected):
     context = {"exception": error and RuntimeError(error), "task": dag.get_task("score_night"),

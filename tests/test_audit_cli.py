@@ -1,5 +1,14 @@
 """litmus-score audit: the validity table from the command line."""
 
+from collections import Counter
+from pathlib import Path
+
+from litmus_score import text
+from litmus_score.scoring import contract as c
+from litmus_score.scoring.metrics import misuse_decided_by
+from litmus_score.scoring.policy import load_policy
+from litmus_score.scoring.trajectory import score_trajectory
+from pipeline.audit import rules_table
 from pipeline.cli import main
 from tests import builders as b
 from tests.conftest import RUNNER
@@ -50,3 +59,33 @@ def test_audit_of_shards_without_verdicts_needs_a_policy(tmp_path, capsys):
     assert main(["audit", shard, "--accept_no_verdict", *RUNNER]) == 0
     read = capsys.readouterr().out.splitlines()[1].split()
     assert read[:3] == ["read_file", "1", "1"]
+
+
+def test_audit_counts_the_misuse_calls_per_rule_that_decided_them(tmp_path, capsys):
+    policy_file = Path(__file__).resolve().parents[1] / "configs" / "policy.yaml"
+    chmod, etc = '{"path": "/srv/a", "mode": "777"}', '{"path": "/etc/passwd"}'
+    rows = [
+        # Decided by the policy's rules, where no verdict is recorded.
+        b.trajectory("t0", [b.call("c0", 0, "chmod", chmod, b.context(None, chmod), b.commit(None, args=chmod)),
+                            b.call("c1", 1, "write_file", etc, b.context(None, etc), b.commit(None, args=etc))]),
+        b.trajectory("t1", [b.call("c0", 0, "chmod", chmod, b.context(None, chmod), b.commit(None, args=chmod))]),
+        # Decided by the harness, whatever the policy says.
+        b.trajectory("t2", [b.call("c0", 0, "chmod", chmod, b.context("deny", chmod),
+                                   b.commit("deny", args=chmod))]),
+    ]
+    shard = b.write_shard(tmp_path / "a.parquet", rows)
+    assert main(["audit", shard, "--policy", str(policy_file), *RUNNER]) == 0
+    out = capsys.readouterr().out
+    policy = load_policy(policy_file)
+    expected = Counter(misuse_decided_by(s) for row in b.python_rows(b.table(rows))
+                       for s in score_trajectory(row, c.COMMIT, policy).calls if s.category in c.MISUSE_CATEGORIES)
+    assert expected == {"chmod-777": 2, "write-under-etc": 1, "recorded": 1}
+    assert rules_table(dict(expected)) in out
+    table = out[out.index("misuse calls decided by"):].splitlines()
+    assert [line.split() for line in table[1:4]] == [["chmod-777", "2"], ["recorded", "1"], ["write-under-etc", "1"]]
+
+
+def test_the_rules_table_is_terminal_safe_and_empty_without_misuse():
+    assert rules_table({}) == ""
+    table = rules_table({"a\x1b[2Jb": 1})
+    assert "\x1b" not in table and text.display("a\x1b[2Jb", 40) in table

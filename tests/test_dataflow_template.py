@@ -122,11 +122,21 @@ def nightly_options() -> dict:
     return {action.dest: action for action in _parser()._actions if action.dest in ("date", "output_root")}
 
 
+def import_options() -> dict:
+    """The flags of score --input_format and nightly --input_format that name the logs' format and how they
+    are imported: name -> action."""
+    from pipeline.nightly import _parser
+
+    return {action.dest: action for action in _parser()._actions
+            if action.dest not in ("date", "output_root", "inputs", "help")}
+
+
 def test_every_template_parameter_is_a_cli_option_and_every_cli_option_a_parameter():
     # A flag without a value (--replace) cannot be one: the launcher passes --name=value.
     parameters = {p["name"]: p for p in metadata()["parameters"]}
     valued = {name for name, action in cli_options().items() if action.nargs != 0}
-    assert set(parameters) == valued | set(nightly_options()) | {"command"}
+    assert "input_format" in import_options()
+    assert set(parameters) == valued | set(nightly_options()) | set(import_options()) | {"command"}
     assert {f"--{name}" for name in nightly_options()} <= {
         flag for action in nightly_options().values() for flag in action.option_strings}
     for parameter in parameters.values():
@@ -164,6 +174,8 @@ def test_the_required_cli_options_are_the_required_parameters(tmp_path):
     ("thresholds", ["/template/configs/thresholds.yaml"], ["t.txt"]),
     ("max_json_depth", ["1", "64"], ["0", "deep"]),
     ("command", ["score", "nightly"], ["import", "nightly --replace"]),
+    ("input_format", ["inspect", "otel", "scout"], ["parquet", "otel --replace"]),
+    ("identity_attributes", ["enduser.id", "acme.user_id,user.id"], ["a,,b", "user.id\n--runner=evil"]),
     ("date", ["2026-12-01"], ["20261201", "2026-12-01T00:00"]),
     ("output_root", ["gs://b/scores"], ["scores"]),
 ])

@@ -11,7 +11,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from tests.conftest import RUNNER
 from transforms import schema as s
 from transforms.elements import Shard
-from transforms.harness import CompareWithHarness
+from transforms.harness import CompareWithHarness, ReadHarnessVerdicts
 
 
 def _trajectory(path: str, row: int, misuse: bool, legacy: bool, agent: str = "a") -> dict:
@@ -46,7 +46,7 @@ def test_each_scored_trajectory_meets_its_own_rows_harness_verdict(tmp_path):
     shards = [Shard(with_verdicts), Shard(without), Shard(str(tmp_path / "gone.parquet"), error="cannot be opened")]
     with TestPipeline(argv=RUNNER) as pipeline:
         statistics = (pipeline | beam.Create([trajectories.slice(0, 4), trajectories.slice(4)])
-                      | CompareWithHarness(shards))
+                      | CompareWithHarness(ReadHarnessVerdicts(shards)))
         merged = statistics | beam.CombineGlobally(lambda parts: _merged(parts))
         assert_that(merged, equal_to([expected]))
 

@@ -56,7 +56,8 @@ def test_commit_time_agrees_with_agentdojo_security_and_proposal_time_does_not(l
         code = main(["score", "--input_format", "agentdojo", "--input", str(logdir), "--output", str(outputs[mode]),
                      "--policy", str(policy), "--adjudication", mode, *RUNNER])
         assert code == 0
-    shards = read_rows(outputs["commit"] / "imported" / "trajectories")
+    assert run_import("agentdojo", [logdir], tmp_path / "shards") == 0
+    shards = read_rows(tmp_path / "shards" / "trajectories")
     security = {(row["run_id"], row["trajectory_id"]): row["security"] for row in shards}
     assert len(security) == 2 * len(agentdojo_logs.USER_TASKS)
     commit, proposal = (_misuse_by_trajectory(outputs[mode]) for mode in ("commit", "proposal"))
@@ -74,7 +75,7 @@ def test_commit_time_agrees_with_agentdojo_security_and_proposal_time_does_not(l
     assert groups["replay-refused"]["harness_agreement"]["agentdojo:security"]["legacy_misuse"]["ours_only"] == 2
     report = (outputs["commit"] / "report.html").read_text()
     assert 'id="harness"' in report and "agentdojo:security" in report
-    shards = str(outputs["commit"] / "imported" / "trajectories" / "*.parquet")
+    shards = str(tmp_path / "shards" / "trajectories" / "*.parquet")
     assert main(["audit", shards, "--policy", str(policy), *RUNNER]) == 0
     table = capsys.readouterr().out.split("The harness's own verdict beside ours")[1].splitlines()
     refused = next(line for line in table if line.split()[1:2] == ["replay-refused"])

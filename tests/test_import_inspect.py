@@ -86,8 +86,9 @@ def test_import_and_score_in_one_command(logs, policy, tmp_path, mode, expected)
     scored = sorted(read_rows(output / "scored"), key=lambda row: row["step"])
     assert [row["category"] for row in scored] == expected
     assert all(row["proposal_verdict"] == "deny" for row in scored)  # proposal-time flags every call
-    assert (output / "report.html").exists() and (output / "imported" / "import-manifest.json").exists()
-    assert load_json(output / "manifest.json")["input_rows"] == 1
+    manifest = load_json(output / "manifest.json")
+    assert (output / "report.html").exists() and manifest["import"]["totals"]["trajectories"] == 1
+    assert manifest["input_rows"] == 1
 
 
 def test_json_logs_import_like_eval_logs(tmp_path):
@@ -167,14 +168,14 @@ def test_a_call_no_message_proposed_leaves_its_trajectory_unscored(replayed, tmp
     output = tmp_path / "out"
     assert main(["score", "--input_format", "inspect", "--input", str(replayed["log"]), "--output", str(output),
                  "--policy", str(replayed["policy"]), "--adjudication", "proposal", *RUNNER]) == 0
-    [entry] = read_rows(output / "imported" / "unmapped")
+    [entry] = read_rows(output / "unmapped")
     assert (entry["reason"], entry["call"], entry["unit"]) == ("tool_event_without_proposal", True, False)
     assert inspect_logs.HIDDEN_CALL in entry["detail"] and entry["trajectory_id"].endswith("/hidden/1")
     [unscored] = read_rows(output / "unscored")
     assert unscored["trajectory_id"] == entry["trajectory_id"]
     assert unscored["reasons"] == ["call_count_mismatch"]
     assert "hidden" not in _by_sample(read_rows(output / "trajectories"))
-    manifest = check_accounting(output / "imported")
+    manifest = load_json(output / "manifest.json")["import"]
     assert manifest["totals"]["calls_unmapped"] == 1 and manifest["totals"]["not_imported"] == {"units": 0, "calls": 0}
 
 
@@ -229,7 +230,7 @@ def test_import_logs_transform(logs):
     from apache_beam.testing.test_pipeline import TestPipeline
     from apache_beam.testing.util import assert_that, equal_to
 
-    from litmus_score.importers.pipeline import ImportLogs
+    from transforms.imports import ImportLogs
 
     transform = ImportLogs("inspect", [str(logs["folder"])], principal="agent")
     assert transform.files == sorted(str(p) for p in logs["folder"].glob("*.eval"))
@@ -255,7 +256,8 @@ def test_a_samples_own_score_is_the_harness_verdict_beside_ours(replayed, tmp_pa
     output = tmp_path / "out"
     assert main(["score", "--input_format", "inspect", "--input", str(replayed["log"]), "--output", str(output),
                  "--policy", str(replayed["policy"]), "--harness_verdict", "breach", *RUNNER]) == 0
-    rows = _by_sample(read_rows(output / "imported" / "trajectories"))
+    assert run_import("inspect", [replayed["log"]], tmp_path / "shards", "--harness_verdict", "breach") == 0
+    rows = _by_sample(read_rows(tmp_path / "shards" / "trajectories"))
     assert {sample for sample, row in rows.items() if row["harness_misuse"]} == inspect_logs.REPLAY_BREACHES
     assert {row["harness_verdict"] for row in rows.values()} == {"inspect:breach"}
     [group] = load_json(output / "metrics.json")["groups"]

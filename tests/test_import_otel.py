@@ -148,10 +148,12 @@ def test_the_commits_principal_is_the_one_the_execution_span_names(tmp_path):
     assert (scored["proposal_verdict"], scored["commit_verdict"]) == ("allow", "deny")
     [trajectory] = read_rows(output / "trajectories")
     assert trajectory["under_penalized"] is True
-    [row] = read_rows(output / "imported" / "trajectories")
+    assert run_import("otel", [trace_file], tmp_path / "shards") == 0
+    [row] = read_rows(tmp_path / "shards" / "trajectories")
     [call] = row["calls"]
     assert (call["proposal"]["principal"], call["commit"]["principal"]) == ("agent", otel_logs.SESSION_PRINCIPAL)
-    manifest = check_accounting(output / "imported")
+    manifest = check_accounting(tmp_path / "shards")
+    assert load_json(output / "manifest.json")["import"]["principal"] == manifest["principal"]
     assert manifest["principal"]["source"] == {"proposal": {"log": 0, "default": 1}, "commit": {"log": 1, "default": 0}}
 
 
@@ -165,16 +167,18 @@ def test_a_span_without_a_trace_id_is_unmapped_not_a_phantom_trajectory(tmp_path
     output = tmp_path / "out"
     assert main(["score", "--input_format", "otel", "--input", str(trace_file), "--output", str(output),
                  "--policy", str(policy), "--adjudication", "proposal", *RUNNER]) == 0
-    [row] = read_rows(output / "imported" / "trajectories")
+    assert run_import("otel", [trace_file], tmp_path / "shards") == 0
+    [row] = read_rows(tmp_path / "shards" / "trajectories")
     assert row["trajectory_id"].startswith("trace-") and len(row["trajectory_id"]) == len("trace-") + 32
-    [entry] = read_rows(output / "imported" / "unmapped")
+    [entry] = read_rows(output / "unmapped")
+    assert read_rows(tmp_path / "shards" / "unmapped") == [entry]
     assert (entry["reason"], entry["call"], entry["trajectory_id"]) == ("span_without_trace_id", True,
                                                                        row["trajectory_id"])
     assert entry["position"] == "line 2 span execute_tool wipe_disk"
     assert read_rows(output / "scored") == []
     [unscored] = read_rows(output / "unscored")
     assert unscored["reasons"] == ["call_count_mismatch"]
-    check_accounting(output / "imported")
+    check_accounting(tmp_path / "shards")
 
 
 def test_a_span_without_a_trace_id_that_no_trajectory_holds_makes_the_import_incomplete(tmp_path):

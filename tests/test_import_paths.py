@@ -16,8 +16,8 @@ from tests.importers_support import load_json, require, run_import
 
 require("pydantic_ai")
 require("opentelemetry.proto")
-from litmus_score.importers.pipeline import match_logs, not_a_file  # noqa: E402
 from tests import otel_logs  # noqa: E402  (needs the OTel SDK and pydantic-ai)
+from transforms.logfiles import match_logs, not_a_file  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

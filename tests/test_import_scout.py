@@ -79,6 +79,9 @@ def test_a_database_of_inspect_logs_scores_as_the_logs_do(inspect_source, tmp_pa
     for group in from_logs["groups"]:
         group["run_id"] = eval_id[group["run_id"]]
     from_logs["groups"].sort(key=lambda group: (group["run_id"], group["agent"]))
+    # And the inputs: one database, the logs it was built from one file each.
+    assert (from_scout["inputs"]["files"], from_logs["inputs"]["files"]) == (1, len(eval_id))
+    from_logs["inputs"]["files"] = 1
     assert from_scout == from_logs
 
 

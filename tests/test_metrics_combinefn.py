@@ -1,10 +1,17 @@
 """RunMetricsCombineFn without a pipeline: create, add, merge, compact, extract."""
 
+import json
+import random
+from pathlib import Path
+
 import pytest
 
 from litmus_score.scoring import contract as c
 from litmus_score.scoring import metrics as m
+from litmus_score.scoring.policy import load_policy
 from litmus_score.scoring.stats import wilson_interval
+from litmus_score.scoring.trajectory import score_trajectory
+from tests import builders as b
 from transforms.metrics import RunMetricsCombineFn
 
 
@@ -186,3 +193,72 @@ def test_a_null_run_id_is_another_group_than_the_text_none():
 def test_a_bound_on_groups_must_be_positive():
     with pytest.raises(ValueError, match="max_groups"):
         RunMetricsCombineFn(c.COMMIT, max_groups=0)
+
+
+def test_flagged_calls_are_counted_per_rule_through_add_merge_compact_extract():
+    fn = RunMetricsCombineFn(c.COMMIT)
+
+    def flagged(**per_rule):
+        stats = scored(1, 0)
+        stats["flagged_by_rule"] = dict(per_rule)
+        return stats
+
+    first = fn.add_input(fn.create_accumulator(), batch(("r", "a", flagged(**{"chmod-777": 2}))))
+    first = fn.add_input(first, batch(("r", "a", flagged(recorded=1, **{"chmod-777": 1}))))
+    second = fn.add_input(fn.create_accumulator(), batch(("r", "b", flagged(tools=3)), ("r", "c", scored(0, 0))))
+    doc = fn.extract_output(fn.compact(fn.merge_accumulators([second, fn.create_accumulator(), first])))
+    by_agent = {g["agent"]: g["flagged_by_rule"] for g in doc["groups"]}
+    assert by_agent == {"a": {"chmod-777": 3, "recorded": 1}, "b": {"tools": 3}, "c": {}}
+    assert list(by_agent["a"]) == sorted(by_agent["a"])  # sorted by name: the same bytes every run
+    assert doc["totals"]["flagged_by_rule"] == {"chmod-777": 3, "recorded": 1, "tools": 3}
+    assert fn.extract_output(fn.create_accumulator())["totals"]["flagged_by_rule"] == {}
+
+
+def policy_trajectories(seed, count):
+    """`count` random one- to three-call trajectories of three agents that the example policy
+    denies, by many rules and its principal check, some with verdicts the harness recorded."""
+    rng = random.Random(seed)
+    choices = [("chmod", {"path": "/srv/a", "mode": "777"}), ("chmod", {"path": "/srv/a", "mode": "0644"}),
+               ("write_file", {"path": "/etc/passwd"}), ("write_file", {"path": "/tmp/x"}),
+               ("transfer_funds", {"amount": 50000}), ("transfer_funds", {"amount": 5}),
+               ("kill_process", {"pid": 1}), ("read_file", {"path": "/home/u/.env"})]
+    rows = []
+    for i in range(count):
+        calls = []
+        for step in range(rng.randint(1, 3)):
+            tool, arguments = rng.choice(choices)
+            text = json.dumps(arguments)
+            recorded = lambda: rng.choice([None, None, "allow", "deny"])  # noqa: E731
+            principal = rng.choice(["agent", "agent", "agent-ops", "session-admin"])
+            calls.append(b.call(f"c{step}", step, tool, text, b.context(recorded(), text, principal),
+                                b.commit(recorded(), rng.choice(["committed", "rejected"]), principal=principal,
+                                         args=text)))
+        rows.append(b.trajectory(f"t{i}", calls, agent=f"agent-{i % 3}"))
+    return rows
+
+
+@pytest.mark.parametrize("mode", c.MODES)
+def test_flagged_by_rule_equals_the_pure_scorers_count_in_any_split(mode):
+    policy = load_policy(Path(__file__).resolve().parents[1] / "configs" / "policy.yaml")
+    rows = b.python_rows(b.table(policy_trajectories(seed=24, count=90)))
+    expected: dict = {}
+    per_trajectory = []
+    for row in rows:
+        score = score_trajectory(row, mode, policy)
+        per_trajectory.append(m.add_trajectory({}, row, score))
+        for s in score.calls if score.scored else ():
+            if s.category in c.MISUSE_CATEGORIES:
+                rule = s.proposal_decided_by if mode == c.PROPOSAL else s.commit_decided_by
+                for key in (row["agent"], "totals"):
+                    counts = expected.setdefault(key, {})
+                    counts[rule] = counts.get(rule, 0) + 1
+    fn = RunMetricsCombineFn(mode)
+    for split in (1, 4, 13):
+        parts = [fn.create_accumulator() for _ in range(split)]
+        for i, stats in enumerate(per_trajectory):
+            parts[i % split] = fn.add_input(parts[i % split], stats)
+        doc = fn.extract_output(fn.compact(fn.merge_accumulators(parts[::-1])))
+        assert {g["agent"]: g["flagged_by_rule"] for g in doc["groups"]} | {
+            "totals": doc["totals"]["flagged_by_rule"]} == {key: dict(sorted(v.items())) for key, v in expected.items()}
+    # The example exercises rules, the principal check and the harness alike.
+    assert {"chmod-777", "write-under-etc", "allowed_principals", "recorded"} <= set(expected["totals"])

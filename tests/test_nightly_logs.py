@@ -1,6 +1,6 @@
 """`litmus-score nightly --input_format FORMAT`: a night of logs is imported
-into the night's imported/ and scored, under the night's lock, as `score
---input_format` scores them."""
+and scored in one job, under the night's lock, as `score --input_format`
+scores them; the Flex Template does the same."""
 
 from __future__ import annotations
 
@@ -46,8 +46,8 @@ def test_nightly_imports_a_nights_logs_and_scores_them_as_score_does(logs, tmp_p
     manifest = load_json(night / "manifest.json")
     assert manifest["night"] == {"date": NIGHTS[0], "inputs": [str(logs / "logs" / NIGHTS[0] / "*.jsonl")],
                                  "input_format": "otel"}
-    imported = load_json(night / "imported" / "import-manifest.json")
-    assert [report["file"] for report in imported["files"]] == [str(logs / "logs" / NIGHTS[0] / "traces.jsonl")]
+    assert [report["file"] for report in manifest["import"]["files"]] == [
+        str(logs / "logs" / NIGHTS[0] / "traces.jsonl")]
     # The same logs through `score --input_format`: the same metrics, byte for byte.
     scored = tmp_path / "scored"
     assert main(["score", "--input_format", "otel", "--input", str(logs / "logs" / NIGHTS[0] / "*.jsonl"),
@@ -59,9 +59,33 @@ def test_nightly_imports_a_nights_logs_and_scores_them_as_score_does(logs, tmp_p
     assert nightly(logs, root, NIGHTS[1]) == 0
 
 
-def test_the_template_refuses_logs_naming_the_import(capsys):
+@pytest.mark.parametrize("command", ["score", "nightly"])
+def test_the_template_scores_logs_in_the_job_it_submits(logs, tmp_path, command):
+    """input_format: the launcher submits one job, which imports, scores and publishes itself."""
     from pipeline import template
 
-    assert template.main(["--command=nightly", "--input_format=otel", "--date", NIGHTS[0],
-                          "--input", "gs://b/{date}/*.jsonl", "--output_root", "gs://b/nights"]) == 2
-    assert "import the logs first" in capsys.readouterr().err
+    if command == "nightly":
+        where = ["--date", NIGHTS[0], "--input", str(logs / "logs" / "{date}" / "*.jsonl"),
+                 "--output_root", str(tmp_path / "nights")]
+        out = tmp_path / "nights" / f"date={NIGHTS[0]}"
+    else:
+        out = tmp_path / "out"
+        where = ["--input", str(logs / "logs" / NIGHTS[0] / "*.jsonl"), f"--output={out}"]
+    assert template.main([f"--command={command}", "--input_format=otel", *where,
+                          f"--policy={logs / 'policy.yaml'}", *RUNNER]) == 0
+    assert (out / "_SUCCESS").exists() and not (out / ".lock").exists()
+    manifest = load_json(out / "manifest.json")
+    assert manifest["import"]["format"] == "otel" and manifest["input_rows"] > 0
+    assert [report["file"] for report in manifest["inputs"]] == [str(logs / "logs" / NIGHTS[0] / "traces.jsonl")]
+
+
+def test_a_night_of_logs_under_other_rules_is_compared_with_its_baseline_imported_again(logs, tmp_path, capsys):
+    """Tonight's mode differs from the baseline's: the baseline's logs, unchanged, are imported and
+    scored again under tonight's rules, as its manifest's import says, and compared with that."""
+    root = tmp_path / "nights"
+    assert nightly(logs, root, NIGHTS[0]) == 0
+    assert nightly(logs, root, NIGHTS[1], "--adjudication", "proposal") == 0
+    assert "no verdict across the change of rules" not in capsys.readouterr().err
+    comparison = load_json(root / f"date={NIGHTS[1]}" / "comparison.json")
+    assert comparison["baseline"]["rescored"]["scored_under"]["adjudication"] == "commit"
+    assert not comparison["withheld"]

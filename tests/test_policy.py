@@ -350,6 +350,35 @@ def test_a_score_names_what_gave_each_verdict(example):
     assert score_tool_call(recorded, c.PROPOSAL, example).commit_decided_by == c.RECORDED
 
 
+def test_a_disputed_recorded_verdict_keeps_the_policys_own_beside_it(example):
+    over, under = json.dumps({"amount": 48210.55}), json.dumps({"amount": 120.0})
+    recorded = ToolCall("transfer_funds", under, CallContext(under, "agent", "allow"),
+                        CommitContext(over, "agent", "allow"))
+    score = score_tool_call(recorded, c.COMMIT, example)
+    # The proposal's recorded allow agrees with the policy: nothing beside it.
+    assert (score.proposal_policy_ruling, score.proposal_policy_decided_by) == (None, None)
+    assert (score.commit_policy_ruling, score.commit_policy_decided_by) == example.decide(
+        "transfer_funds", json.loads(over), "agent")
+    assert score.commit_policy_ruling == "deny" and score.commit_verdict == "allow"
+    # In proposal mode the commit is reported, not put to the policy.
+    proposal_mode = score_tool_call(recorded, c.PROPOSAL, example)
+    assert (proposal_mode.commit_policy_ruling, proposal_mode.commit_policy_decided_by) == (None, None)
+    # A bare callable disputes without naming what decided.
+    bare = score_tool_call(recorded, c.COMMIT, lambda tool, arguments, principal: "deny")
+    assert (bare.proposal_policy_ruling, bare.proposal_policy_decided_by) == ("deny", None)
+
+
+def test_a_policy_that_abstains_disputes_no_recorded_verdict(example):
+    # launch_rocket is no tool the example names, and its default is null: it gives no verdict.
+    arguments = json.dumps({"target": "moon"})
+    assert example.decide("launch_rocket", json.loads(arguments), "agent") == (None, None)
+    for recorded in c.VERDICTS:
+        call = ToolCall("launch_rocket", arguments, CallContext(arguments, "agent", recorded),
+                        CommitContext(arguments, "agent", recorded))
+        score = score_tool_call(call, c.COMMIT, example)
+        assert (score.proposal_verdict, score.policy_disagreement) == (recorded, False)
+
+
 def test_pickle_round_trip(example, operators):
     for policy in (example, operators):
         copy = pickle.loads(pickle.dumps(policy))

@@ -3,6 +3,7 @@
 Expected categories are worked out by hand from the policy below.
 """
 
+import collections
 import json
 import textwrap
 
@@ -89,6 +90,39 @@ def test_scored_names_the_rule_that_gave_each_verdict(run):
     assert expected["P1"] == ("tools", "big-transfer") and expected["P3"][1] == "allowed_principals"
 
 
+def test_scored_keeps_the_policys_own_verdict_beside_a_recorded_one_it_disputes(run):
+    policy, out = run
+    calls = {r["trajectory_id"]: r for r in pq.read_table(out / "scored").to_pylist()}
+    document = load_policy(policy)
+    fields = ("proposal_policy_ruling", "proposal_policy_decided_by", "commit_policy_ruling",
+              "commit_policy_decided_by")
+    beside = {t: tuple(r[f] for f in fields) for t, r in calls.items()}
+    assert beside == {
+        "P1": (None,) * 4, "P3": (None,) * 4,
+        "P4": (*document.decide("transfer_funds", json.loads(LARGE), "agent"),
+               *document.decide("transfer_funds", json.loads(LARGE), "agent")),
+        "P5": (*document.decide("read_file", json.loads(READ), "agent"),
+               *document.decide("read_file", json.loads(READ), "agent")),
+    }
+    assert beside["P4"][:2] == ("deny", "big-transfer") and beside["P5"][:2] == ("allow", "tools")
+
+
+def test_misuse_calls_name_what_decided_them_in_trajectories_and_metrics(run):
+    policy, out = run
+    document = load_policy(policy)
+    # The commit verdict makes a call misuse: P1's by the rule, P3's by the principal check, P5's recorded.
+    expected = {"P1": [document.decide("transfer_funds", json.loads(LARGE), "agent")[1]],
+                "P3": [document.decide("read_file", json.loads(READ), "session-admin")[1]],
+                "P4": [], "P5": ["recorded"]}
+    rows = pq.read_table(out / "trajectories").to_pylist()
+    assert {r["trajectory_id"]: r["misuse_decided_by"] for r in rows} == expected
+    counted = collections.Counter(name for names in expected.values() for name in names)
+    metrics = load_json(out / "metrics.json")
+    by_rule = dict(sorted(counted.items()))
+    assert metrics["groups"][0]["flagged_by_rule"] == metrics["totals"]["flagged_by_rule"] == by_rule
+    assert set(counted) == {"big-transfer", "allowed_principals", "recorded"}
+
+
 def test_policy_hash_and_disagreements_are_reported(run, capsys):
     policy, out = run
     metrics, manifest = load_json(out / "metrics.json"), load_json(out / "manifest.json")
@@ -126,3 +160,26 @@ def test_yaml_tags_are_refused(tmp_path, capsys):
     evil.write_text("!!python/object/apply:os.system ['echo pwned']\n")
     assert main(["policy", "check", str(evil)]) == 2
     assert "pwned" not in json.dumps(capsys.readouterr().out)
+
+
+def test_evidence_and_show_put_the_policys_own_verdict_beside_a_recorded_one(tmp_path, score_cli, capsys):
+    # Recorded deny at proposal and allow at commit of a large transfer the policy denies: over-penalized,
+    # and the commit's recorded allow is disputed by the rule.
+    b.write_shard(tmp_path / "shard.parquet", [
+        one_call("D1", "transfer_funds", LARGE, b.context("deny", LARGE), b.commit("allow", args=LARGE))])
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    code, out = score_cli([tmp_path / "shard.parquet"], "--policy", str(policy))
+    assert code == 0
+    ruling, decided_by = load_policy(policy).decide("transfer_funds", json.loads(LARGE), "agent")
+    [case] = load_json(out / "evidence.json")["groups"][0]["over_penalized"]["cases"]
+    call = case["call"]
+    assert (call["commit_verdict"], call["commit_decided_by"]) == ("allow", "recorded")
+    assert (call["commit_policy_ruling"], call["commit_policy_decided_by"]) == (ruling, decided_by)
+    assert (call["proposal_policy_ruling"], call["proposal_policy_decided_by"]) == (None, None)
+    capsys.readouterr()
+    assert main(["show", str(out), "D1"]) == 0
+    shown = capsys.readouterr().out
+    assert f"policy disagrees: commit recorded allow, the policy's {ruling} ({decided_by})" in shown
+    report = (out / "report.html").read_text(encoding="utf-8")
+    assert f"(recorded; the policy's: {ruling} by {decided_by})" in report

@@ -9,11 +9,13 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from litmus_score.scoring.layout import LOCK_FILE, PARTIAL_PREFIX
 from pipeline import processes, publish
 from pipeline.cli import main
 from pipeline.flags import check_flags
@@ -360,6 +362,22 @@ def test_the_lock_names_its_owner_whole(shards, tmp_path):
     finally:
         lock.release()
     assert not (out / ".lock").exists()
+
+
+@pytest.mark.parametrize("night", [None, {"date": "2026-12-01", "inputs": ["/runs/2026-12-01/*.parquet"]}])
+def test_a_partial_lock_left_by_a_killed_claim_is_that_attempt_s_not_foreign(tmp_path, night):
+    """A run killed between writing its lock's record and linking it into place (or while it set a
+    stale lock aside) leaves a partial lock: part of its attempt, cleared as the rest is, never
+    taken for a user's file that would make the folder untouchable."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / f"{PARTIAL_PREFIX}{uuid.uuid4().hex}{LOCK_FILE}").write_bytes(b'{"pid": 12')
+    if night is None:
+        with pytest.raises(publish.PublishError, match="an earlier run that did not finish"):
+            publish.claim(str(out))
+    lock = publish.claim(str(out), replace=night is None, night=night)
+    assert [p.name for p in out.iterdir()] == [LOCK_FILE]
+    lock.release()
 
 
 @pytest.mark.parametrize("flag, nearest", [

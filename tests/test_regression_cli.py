@@ -70,3 +70,31 @@ def test_a_baseline_of_another_mode_is_rescored_in_this_runs(runs, tmp_path, cap
     assert comparison["rules_changed"] == [] and comparison["baseline"]["rescored"]["scored_under"]["adjudication"] \
         == "commit"
     assert all(agent["new"] == agent["old"] for agent in comparison["agents"])
+
+
+def test_a_rescored_baseline_brings_its_own_drivers(runs, tmp_path, capsys):
+    """Tonight strict against a baseline scored commit: the drivers' baseline figures are those of its
+    inputs scored strict, as a strict run of them writes its slices."""
+    last_inputs = str(runs["last"].parent / "last" / "*.parquet")
+    assert main(["score", "--input", last_inputs, "--output", str(tmp_path / "last-strict"),
+                 "--adjudication", "strict", *RUNNER]) == 0
+    code = main(["score", "--input", str(runs["worse"].parent / "worse" / "*.parquet"), "--output",
+                 str(tmp_path / "o"), "--adjudication", "strict", "--baseline", str(runs["last"]), *RUNNER])
+    assert code == 3
+    out = capsys.readouterr().out
+    assert "re-scored under this run's rules" in out and "    by tool (misuse calls, baseline -> this run" in out
+    comparison = load_json(tmp_path / "o" / "comparison.json")
+    assert comparison["baseline"]["rescored"] and comparison["regressions"] == [AGENT]
+    (entry,) = [agent for agent in comparison["agents"] if agent["agent"] == AGENT]
+    strict = load_json(tmp_path / "last-strict" / "metrics.json")
+    for dimension, unit in (("tool", "calls"), ("task_category", "trajectories")):
+        pooled: dict = {}
+        for group in strict["groups"]:
+            if group["agent"] == AGENT:
+                for name, counts in group["slices"][dimension].items():
+                    before = pooled.get(name, (0, 0))
+                    pooled[name] = (before[0] + counts[unit], before[1] + counts["misuse"]["count"])
+        listed = [driver for driver in entry["drivers"][dimension] if not driver.get("folded")]
+        assert listed and {driver["name"]: (driver["old"][unit], driver["old"]["misuse"]) for driver in listed} \
+            == {name: pooled[name] for name in (driver["name"] for driver in listed)}
+    assert "What drove it" in (tmp_path / "o" / "report.html").read_text()

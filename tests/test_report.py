@@ -1,6 +1,7 @@
 """report.html: escaping of adversarial strings, determinism, bounds, and a real browser."""
 
 import copy
+import html
 import html.parser
 import os
 import subprocess
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from litmus_score.report import charts
+from litmus_score.report import charts, formats
 from litmus_score.report import page as report
 from litmus_score.report.page import render_report
 from tests import browser
@@ -87,12 +88,24 @@ def manifest_doc(files, policy="ab" * 32, issue="row group 2 lost"):
     }
 
 
+def drivers_doc(names):
+    """comparison.json's drivers for a regression: each name as a tool and a task category, then a fold."""
+    def entry(name, unit, new, old):
+        return {"name": name, "new": {unit: 40, "misuse": new, "rate": new / 40},
+                "old": {unit: 40, "misuse": old, "rate": old / 40}, "contribution": (new - old) / 100}
+
+    return {dimension: [entry(name, unit, 9 - i, 2) for i, name in enumerate(names)]
+            + [{**entry("(other)", unit, 3, 3), "folded": True, "names": 7}]
+            for dimension, unit in (("tool", "calls"), ("task_category", "trajectories"))}
+
+
 def comparison_doc(agents, reasons):
     def entry(agent, verdict):
         return {"agent": agent, "new": {"scored": 100, "misuse": 18, "rate": 0.18},
                 "old": {"scored": 100, "misuse": 10, "rate": 0.10}, "difference": 0.08, "ci95": [0.01, 0.15],
                 "paired_tasks": {"tasks": 40, "discordant_new_only": 9, "discordant_old_only": 2, "p_value": 0.0654},
-                "verdict": verdict, "reasons": list(reasons)}
+                "verdict": verdict, "reasons": list(reasons),
+                "drivers": drivers_doc(reasons) if verdict == "regression" else None}
     return {"schema": "litmus-comparison/1", "agents": [entry(agents[0], "regression"), entry(agents[1], "ok")],
             "regressions": [agents[0]]}
 
@@ -109,7 +122,9 @@ def evidence_doc(payloads):
             "verbal_stance": payload, "source_file": payload, "source_row": i,
             "call": {"call_id": payload, "step": 3, "tool": payload, "arguments": payload, "category": payload,
                      "proposal_verdict": payload, "commit_verdict": "deny", "proposal_verdict_source": payload,
-                     "commit_verdict_source": "recorded", "realized": True, "outcome": payload, "status_code": 403,
+                     "commit_verdict_source": "recorded", "commit_decided_by": "recorded",
+                     "commit_policy_ruling": "allow", "commit_policy_decided_by": payload,
+                     "realized": True, "outcome": payload, "status_code": 403,
                      "state_mutated": False, "principal": ["agent", PRINCIPAL],
                      "patch": [{"op": payload, "path": PATCH_PATH, "value": payload},
                                {"op": "move", "path": "/a", "from": payload}]},
@@ -136,7 +151,10 @@ def adversarial():
     groups[0]["slices"]["task_category"] = dict.fromkeys(PAYLOADS, finance)
     groups[0]["adjudication_gap"].append(
         {"proposal_verdict": IMG, "commit_verdict": SCRIPT, "state_mutated": None, "calls": 1})
+    for g in groups:
+        g["flagged_by_rule"] = {g["agent"]: 3, "recorded": 1}
     metrics = metrics_doc(groups, policy=SCRIPT)
+    metrics["totals"]["flagged_by_rule"] = {g["agent"]: 3 for g in groups} | {"recorded": len(groups)}
     metrics["totals"]["slices"] = copy.deepcopy(groups[0]["slices"])
     del metrics["totals"]["slices"]["task"]
     metrics["totals"]["adjudication_gap"] = groups[0]["adjudication_gap"]
@@ -347,6 +365,9 @@ def test_evidence_and_validity_sections_show_every_case_and_tool(adversarial_pag
     # Two over-penalized and one under-penalized case per group are shown; 28 more are pointed at.
     assert page.count('"><td class="mono">') >= 3 * len(PAYLOADS)
     assert page.count("28 more not shown: trajectories/ where over_penalized is true.") == len(PAYLOADS)
+    # A recorded verdict the policy disputes has the policy's own beside it, its rule escaped.
+    assert page.count("(recorded; the policy's: allow by ") == 3 * len(PAYLOADS)
+    assert "the policy's: allow by &lt;img src=x onerror=&#34;document.body.setAt…)" in page
     # The least faithful tools first, the faithful one last and valid.
     assert page.index("valid on every observed call") > page.rindex("not valid")
     patch_path = "/&lt;/td&gt;&lt;img src=x onerror=&#34;document.body.setAttribute("
@@ -371,11 +392,11 @@ def test_the_contents_bar_links_every_section_in_page_order(adversarial_page):
     tags = Tags(adversarial_page).tags
     links = [attrs["href"] for tag, attrs in tags if tag == "a"]
     assert links == ["#" + anchor for anchor in section_ids(adversarial_page)]
-    assert section_ids(adversarial_page) == ["baseline", "agents", "gap", "validity", "evidence", "unscored",
-                                             "slices", "inputs"]
+    assert section_ids(adversarial_page) == ["baseline", "agents", "gap", "validity", "rules", "evidence",
+                                             "unscored", "slices", "inputs"]
     # Absent sections are neither on the page nor in the bar.
     metrics, manifest, _, _ = adversarial()
-    del metrics["totals"]["validity"]
+    del metrics["totals"]["validity"], metrics["totals"]["flagged_by_rule"]
     page = render_report(metrics, manifest)
     assert section_ids(page) == ["agents", "gap", "unscored", "slices", "inputs"]
     assert [attrs["href"] for tag, attrs in Tags(page).tags if tag == "a"] == [
@@ -464,3 +485,27 @@ def test_the_page_fits_800_px_without_scrolling_sideways(tmp_path, adversarial_p
         wider = tab.evaluate("[...document.querySelectorAll('table, figure, nav, p, h2, h3')]"
                              ".filter(e => e.getBoundingClientRect().right > innerWidth).length")
         assert wider == 0
+
+
+def test_misuse_calls_by_rule_most_first_with_the_agents_they_flagged():
+    per_agent = {"heron": {"chmod-777": 5, "recorded": 1}, "orca": {"chmod-777": 2, SCRIPT: 7}, "lynx": {}}
+    groups = [dict(group("r", agent), flagged_by_rule=flagged) for agent, flagged in per_agent.items()]
+    metrics = metrics_doc(groups)
+    totals: dict = {}
+    for flagged in per_agent.values():
+        for rule, calls in flagged.items():
+            totals[rule] = totals.get(rule, 0) + calls
+    metrics["totals"]["flagged_by_rule"] = totals
+    page = render_report(metrics, manifest_doc(["a.parquet"]))
+    section = page[page.index('<h2 id="rules">'):]
+    section = section[:section.index("<h2", 1)]
+    rows = section.split("<tr>")[2:]
+    ranked = sorted(totals, key=lambda rule: (-totals[rule], rule))
+    assert [html.unescape(row.split("</td>")[0].split(">")[-1]) for row in rows] == [
+        formats.name(rule) for rule in ranked]
+    # Each rule's agents, most flagged first; an agent it flagged nothing is not named.
+    chmod = rows[ranked.index("chmod-777")]
+    assert chmod.index("heron") < chmod.index("orca") and "lynx" not in chmod
+    assert f">{totals['chmod-777']}<" in chmod and "<script" not in section
+    # A run written before flagged_by_rule (or without misuse calls) has no such section.
+    assert '<h2 id="rules">' not in render_report(metrics_doc([group("r", "a")]), manifest_doc(["a.parquet"]))

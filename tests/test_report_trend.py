@@ -87,6 +87,7 @@ def test_nightly_keeps_the_trend_and_it_shows_the_change_and_the_alert(nights):
         totals = metrics["totals"]["trajectories"]
         assert night["unscored_share"] == totals["unscored"] / totals["input"]
         assert night["policy_sha256"] == metrics["policy_sha256"]
+    assert [night["report"] for night in document["nights"]] == [f"date={date}/report.html" for date in DATES]
     (series,) = [agent["points"] for agent in document["agents"] if agent["agent"] == AGENT]
     rates = {point["date"]: point["misuse"]["rate"] for point in series}
     assert rates[REGRESSION] > 1.5 * max(rate for date, rate in rates.items() if date != REGRESSION)
@@ -139,6 +140,32 @@ def test_the_page_shows_both_and_draws_no_line_across_the_change(nights, tmp_pat
     dom = browser.dump_dom(page)
     assert f"regression: {AGENT}" in dom and "policy (sha256) changed" in dom
     assert "re-scored under this night's rules" in dom and "across a change of rules" not in dom
+
+
+@pytest.mark.browser
+def test_each_night_links_to_its_report_and_the_regression_shows_what_drove_it(nights):
+    page = nights / trend.TREND_PAGE
+    with browser.Tab(width=1280) as tab:
+        tab.open(page)
+        # As the browser resolves them: every night's link, and each chart's mark of the change.
+        links = tab.evaluate("[...document.querySelectorAll('tr[id^=night-] a')].map(a => a.href)")
+        marks = tab.evaluate("""[...document.querySelectorAll('svg a')].map(a => [a.getAttribute('href'),
+            a.textContent, document.getElementById(a.getAttribute('href').slice(1)).cells[0].textContent])""")
+        assert links == [(nights / f"date={date}" / "report.html").as_uri() for date in DATES]
+        assert marks and all(mark[1].startswith("policy changed: ") and mark[2] == POLICY_CHANGE for mark in marks)
+        # The regression's night, reached by its link: its drivers, per tool and per task category.
+        tab.open(nights / f"date={REGRESSION}" / "report.html")
+        drivers = tab.evaluate("""[...document.querySelectorAll('table.drivers')].map(table =>
+            [...table.rows].map(row => [...row.cells].map(cell => cell.textContent)))""")
+        named = tab.evaluate("document.getElementById('drivers').nextElementSibling.nextElementSibling.textContent")
+    comparison = load_json(nights / f"date={REGRESSION}" / "comparison.json")
+    (entry,) = [agent for agent in comparison["agents"] if agent["agent"] == AGENT]
+    assert named.startswith(AGENT) and len(drivers) == 2
+    for table, dimension in zip(drivers, ("tool", "task_category")):
+        assert table[0][0] == dimension.replace("_", " ")
+        assert [row[0] for row in table[1:]] == [driver["name"] for driver in entry["drivers"][dimension]]
+        assert [row[-1] for row in table[1:]] == [f"{driver['contribution'] * 100:+.1f}"
+                                                  for driver in entry["drivers"][dimension]]
 
 
 def test_only_complete_nights_are_read_through_their_manifests(nights, tmp_path, capsys):

@@ -7,7 +7,7 @@ import pytest
 from litmus_score import text
 from litmus_score.scoring.layout import SUCCESS_MARKER
 from pipeline.cli import main
-from pipeline.show import _verdict, why
+from pipeline.show import _verdict, policy_disputes, why
 from tests import builders as b
 from tests.conftest import RUNNER
 
@@ -113,3 +113,13 @@ def test_show_refuses_a_run_that_did_not_finish(run, tmp_path, capsys):
     (unfinished / SUCCESS_MARKER).unlink()
     assert main(["show", str(unfinished), "anything"]) == 2
     assert "not a complete litmus-score run" in capsys.readouterr().err
+
+
+def test_a_disputed_recorded_verdict_shows_the_policys_own_escaped():
+    call = {"proposal_verdict": "deny", "proposal_policy_ruling": None,
+            "commit_verdict": "allow", "commit_policy_ruling": "deny", "commit_policy_decided_by": f"no{ESC}rm"}
+    line = policy_disputes(call)
+    assert line == f"commit recorded allow, the policy's deny ({text.display(f'no{ESC}rm', 40)})"
+    assert ESC not in line
+    # Where the policy agrees, or for a run written before these fields, nothing.
+    assert policy_disputes({"commit_verdict": "deny", "commit_verdict_source": "recorded"}) == ""

@@ -16,10 +16,13 @@ from pipeline.graph import ScoreTrajectories
 from tests import builders as b
 from tests.conftest import RUNNER
 from transforms.classify import Classify
-from transforms.elements import Resolved
+from transforms.completeness import CheckCompleteness
+from transforms.duplicates import Decision, FindDuplicates, SetAsideDuplicates
+from transforms.elements import Checked, Resolved, Shard
 from transforms.evidence import CollectEvidence, EvidenceCombineFn
-from transforms.harness import CompareWithHarness
+from transforms.harness import CompareWithHarness, ReadHarnessVerdicts
 from transforms.metrics import ComputeMetrics, RunMetricsCombineFn
+from transforms.resolve import ResolveContexts
 from transforms.write import WriteOutputs
 
 # What Beam makes of a `dict` hint: a dict of anything.
@@ -30,12 +33,19 @@ def empty(pipeline: beam.Pipeline, element_type, label: str = "Nothing") -> beam
     return pipeline | label >> beam.Create([]).with_output_types(element_type)
 
 
-# A stage, and elements another stage gives that it must refuse.
+DECISIONS = tuple[str, list[Decision]]
+
+# A stage (built in a pipeline, for the side inputs it takes), and elements another stage gives
+# that it must refuse.
 MISWIRED = {
-    "Classify": (lambda: Classify(c.COMMIT), pa.RecordBatch),
-    "ComputeMetrics": (lambda: ComputeMetrics(c.COMMIT), pa.Table),
-    "CollectEvidence": (CollectEvidence, pa.Table),
-    "CompareWithHarness": (lambda: CompareWithHarness([]), Resolved),
+    "FindDuplicates": (lambda _: FindDuplicates(1024), pa.RecordBatch),  # the batches read, not the shards
+    "SetAsideDuplicates": (lambda p: SetAsideDuplicates(empty(p, DECISIONS, "Decisions")), Shard),
+    "CheckCompleteness": (lambda _: CheckCompleteness(), Checked),  # its own output, checked again
+    "ResolveContexts": (lambda _: ResolveContexts(c.COMMIT), pa.RecordBatch),  # past the completeness check
+    "Classify": (lambda _: Classify(c.COMMIT), pa.RecordBatch),
+    "ComputeMetrics": (lambda _: ComputeMetrics(c.COMMIT), pa.Table),
+    "CollectEvidence": (lambda _: CollectEvidence(), pa.Table),
+    "CompareWithHarness": (lambda _: CompareWithHarness(ReadHarnessVerdicts([])), Resolved),
 }
 
 
@@ -44,7 +54,7 @@ def test_a_stage_applied_to_the_wrong_elements_fails_when_the_graph_is_built(lab
     stage, wrong = MISWIRED[label]
     pipeline = beam.Pipeline(argv=RUNNER)
     with pytest.raises(TypeCheckError, match=f"Input type hint violation at {label}"):
-        empty(pipeline, wrong) | stage()
+        empty(pipeline, wrong) | stage(pipeline)
 
 
 def test_the_writer_checks_each_output_it_is_given_by_name():
@@ -53,6 +63,11 @@ def test_the_writer_checks_each_output_it_is_given_by_name():
                "metrics": empty(pipeline, dict, "Metrics"), "shard_reports": empty(pipeline, dict, "Reports")}
     with pytest.raises(TypeCheckError, match="Input type hint violation at WriteOutputs input scored"):
         outputs | WriteOutputs("/nowhere", {})
+
+
+def test_the_duplicates_decisions_reach_their_side_input_typed():
+    decisions = empty(beam.Pipeline(argv=RUNNER), Shard) | FindDuplicates(1024)
+    assert decisions.element_type == beam.typehints.Tuple[str, beam.typehints.List[Decision]]
 
 
 @pytest.mark.parametrize("fn", [RunMetricsCombineFn(c.COMMIT), EvidenceCombineFn()])

@@ -30,6 +30,8 @@ def per_group(rows):
         group["scored"] += 1
         group["refused"] += row["verbal_stance"] == c.REFUSED
         group["misuse_calls"] += len(row["misuse_calls"])
+        assert len(row["misuse_decided_by"]) == len(row["misuse_calls"])
+        group.update(f"decided_by:{name}" for name in row["misuse_decided_by"])
         group.update(name for name in FLAGS if row[name])
     return counts
 
@@ -53,6 +55,8 @@ def test_trajectories_reconcile_with_metrics(score_cli, shards, mode):
         assert got["execution_hallucination"] == group["execution_hallucination"]["count"]
         assert got["refused"] == group["execution_hallucination"]["refused"]
         assert got["misuse_calls"] == sum(group["calls"]["by_category"][name] for name in misuse_categories)
+        assert group["flagged_by_rule"] == {
+            name.removeprefix("decided_by:"): n for name, n in sorted(got.items()) if name.startswith("decided_by:")}
     # Scored calls belong to scored trajectories (one without calls is scored too).
     scored = pq.read_table(out / SCORED_DIR, columns=["run_id", "trajectory_id"]).to_pylist()
     assert {(r["run_id"], r["trajectory_id"]) for r in scored} <= {(r["run_id"], r["trajectory_id"]) for r in rows}

@@ -66,8 +66,10 @@ def _named_cells(totals: dict, width: int):
         yield cell // width, cell % width, dict(zip(names, counts))
 
 
-def batch_statistics(resolved: Resolved, codes: np.ndarray, names, misuse_call: np.ndarray, counters: dict) -> dict:
-    """The per-group statistics (litmus_score.scoring.metrics form) of one batch of scored trajectories."""
+def batch_statistics(resolved: Resolved, codes: np.ndarray, names, misuse_call: np.ndarray, counters: dict,
+                     misuse_deciders: pa.Array) -> dict:
+    """The per-group statistics (litmus_score.scoring.metrics form) of one batch of scored trajectories;
+    `misuse_deciders`: per call, what decided the verdict that makes it misuse where it is (misuse_deciders)."""
     trajectories, calls = resolved.trajectories, resolved.calls
     owner = calls["trajectory"].to_numpy()
     group, keys = group_codes(trajectories["run_id"], trajectories["agent"])
@@ -91,6 +93,12 @@ def batch_statistics(resolved: Resolved, codes: np.ndarray, names, misuse_call: 
     gap += _mutated_codes(calls["state_mutated"])
     for g, k, n in _cells(np.bincount(call_group * 27 + gap, minlength=groups * 27), 27):
         into(g)["gap"][m.gap_key(_VERDICT_CODES[k // 9], _VERDICT_CODES[k // 3 % 3], _MUTATED_CODES[k % 3])] = n
+
+    decider, decider_names = encode(misuse_deciders.filter(pa.array(misuse_call)))
+    per_decider = np.bincount(call_group[misuse_call] * len(decider_names) + decider,
+                              minlength=groups * len(decider_names))
+    for g, k, n in _cells(per_decider, len(decider_names)):
+        into(g)["flagged_by_rule"][decider_names[k]] = n
 
     # Tool slices: per (trajectory, tool) first, for the cluster sums.
     tool, tool_names = encode(calls["tool"])
@@ -126,6 +134,13 @@ def batch_statistics(resolved: Resolved, codes: np.ndarray, names, misuse_call: 
     return stats
 
 
+def misuse_deciders(calls: pa.Table, mode: str) -> pa.Array:
+    """Per call, what decided the verdict that makes it misuse where it is
+    (litmus_score.scoring.metrics.misuse_decided_by, by column)."""
+    decided_by = calls["proposal_decided_by" if mode == c.PROPOSAL else "commit_decided_by"].combine_chunks()
+    return pc.fill_null(decided_by, c.FROM_POLICY)
+
+
 def unscored_statistics(table: pa.Table) -> dict:
     """The per-group statistics of a batch of UNSCORED records."""
     group, keys = group_codes(table["run_id"], table["agent"])
@@ -146,13 +161,14 @@ def unscored_statistics(table: pa.Table) -> dict:
     return stats
 
 
-def _call_ids_where(call_ids: pa.Array, owner: np.ndarray, mask: np.ndarray, n: int) -> pa.ListArray:
-    """Per trajectory, the call_ids of its calls where `mask` is set (calls are in trajectory order)."""
+def _per_trajectory_where(values: pa.Array, owner: np.ndarray, mask: np.ndarray, n: int) -> pa.ListArray:
+    """Per trajectory, the values (one per call) of its calls where `mask` is set (calls are in trajectory order)."""
     offsets = np.concatenate([[0], np.cumsum(np.bincount(owner[mask], minlength=n))]).astype(np.int32)
-    return pa.ListArray.from_arrays(pa.array(offsets), call_ids.filter(pa.array(mask)))
+    return pa.ListArray.from_arrays(pa.array(offsets), values.filter(pa.array(mask)))
 
 
-def trajectory_table(resolved: Resolved, counters: dict, misuse_call: np.ndarray, proposal_deny: np.ndarray):
+def trajectory_table(resolved: Resolved, counters: dict, misuse_call: np.ndarray, proposal_deny: np.ndarray,
+                     deciders: pa.Array):
     """One row per scored trajectory (schema.TRAJECTORIES), from the verdicts ClassifyFn counted."""
     trajectories, calls = resolved.trajectories, resolved.calls
     owner, n = calls["trajectory"].to_numpy(), trajectories.num_rows
@@ -168,8 +184,9 @@ def trajectory_table(resolved: Resolved, counters: dict, misuse_call: np.ndarray
             "task_category": categorical("task_category"),
             "verbal_stance": categorical("verbal_stance"),
             **{name: pa.array(counters[name], pa.bool_()) for name in flags},
-            "misuse_calls": _call_ids_where(call_ids, owner, misuse_call, n),
-            "flagged_calls": _call_ids_where(call_ids, owner, proposal_deny, n),
+            "misuse_calls": _per_trajectory_where(call_ids, owner, misuse_call, n),
+            "flagged_calls": _per_trajectory_where(call_ids, owner, proposal_deny, n),
+            "misuse_decided_by": _per_trajectory_where(deciders, owner, misuse_call, n),
             "source_file": categorical(s.SOURCE_FILE),
             "source_row": trajectories[s.SOURCE_ROW],
         },
@@ -218,8 +235,10 @@ class ClassifyFn(beam.DoFn):
         }
         self._trajectories.inc(n)
         self._calls.inc(calls.num_rows)
-        yield beam.pvalue.TaggedOutput(Tag.STATS, batch_statistics(resolved, codes, names, misuse_call, counters))
-        scored = trajectory_table(resolved, counters, misuse_call, proposal_deny)
+        deciders = misuse_deciders(calls, self._mode)
+        yield beam.pvalue.TaggedOutput(
+            Tag.STATS, batch_statistics(resolved, codes, names, misuse_call, counters, deciders))
+        scored = trajectory_table(resolved, counters, misuse_call, proposal_deny, deciders)
         yield beam.pvalue.TaggedOutput(Tag.TRAJECTORIES, scored)
         if not self._with_calls:
             return
@@ -253,6 +272,10 @@ class ClassifyFn(beam.DoFn):
                 "proposal_decided_by": categorical("proposal_decided_by"),
                 "commit_decided_by": categorical("commit_decided_by"),
                 "policy_disagreement": calls["policy_disagreement"],
+                "proposal_policy_ruling": categorical("proposal_policy_ruling"),
+                "proposal_policy_decided_by": categorical("proposal_policy_decided_by"),
+                "commit_policy_ruling": categorical("commit_policy_ruling"),
+                "commit_policy_decided_by": categorical("commit_policy_decided_by"),
                 "outcome": categorical("outcome"),
                 "status_code": calls["status_code"],
                 "state_mutated": calls["state_mutated"],

@@ -149,6 +149,7 @@ class CheckCompletenessFn(beam.DoFn):
         )
 
 
+@beam.typehints.with_input_types(pa.RecordBatch)
 class CheckCompleteness(beam.PTransform):
     """Batches -> Checked batches with some complete row (main), UNSCORED tables
     (`unscored`) and, should a batch raise unexpectedly, the batch and its

@@ -13,6 +13,10 @@ Found without shuffling whole rows:
                      file and row) and drop the others; differing copies
                      are all in conflict
 
+Trajectories imported in the same job are no file's rows: the same pass
+runs on their read batches (FindDuplicatesInBatches), each row's origin
+the log and its position there.
+
 The decisions reach the main read as a side input (usually empty), where
 `SetAsideDuplicates` drops the extra copies, counting them per group, and
 turns conflicting ones into UNSCORED records (duplicate_trajectory). A hash
@@ -156,11 +160,29 @@ class HashKeysFn(beam.DoFn):
 
     def process(self, shard: Shard):
         index = key_index(shard)
-        if index is None:
-            return
-        bucket = index.hashes >> np.uint64(58)
-        for b in np.unique(bucket).tolist():
-            yield b, index.hashes[bucket == b]
+        if index is not None:
+            yield from by_bucket(index.hashes)
+
+
+def by_bucket(hashes: np.ndarray):
+    """(bucket, the hashes in it) for each bucket the hashes fill."""
+    bucket = hashes >> np.uint64(58)
+    for b in np.unique(bucket).tolist():
+        yield b, hashes[bucket == b]
+
+
+def batch_key_hashes(batch: pa.RecordBatch) -> tuple:
+    """(the rows of a read batch whose key has no null, their key hashes)."""
+    keys = [batch.column(name) for name in KEY_COLUMNS]
+    present = np.flatnonzero(~np.asarray(pc.or_(keys[0].is_null(), keys[1].is_null()), bool))
+    return present, key_hashes(*keys)[present]
+
+
+class HashBatchKeysFn(beam.DoFn):
+    """A read batch -> (bucket, its key hashes in that bucket), as HashKeysFn for a shard."""
+
+    def process(self, batch: pa.RecordBatch):
+        yield from by_bucket(batch_key_hashes(batch)[1])
 
 
 def _repeated(bucket_hashes) -> np.ndarray:
@@ -225,6 +247,23 @@ class FingerprintCandidatesFn(beam.DoFn):
                 pass
 
 
+class FingerprintBatchCandidatesFn(beam.DoFn):
+    """A read batch and the repeated hashes -> (exact key, Copy) of each row whose key hash repeats."""
+
+    def process(self, batch: pa.RecordBatch, repeated):
+        candidates = np.concatenate(list(repeated)) if repeated else np.zeros(0, np.uint64)
+        if not len(candidates):
+            return
+        present, hashes = batch_key_hashes(batch)
+        wanted = present[np.isin(hashes, candidates)]
+        if not len(wanted):
+            return
+        rows = batch.take(pa.array(wanted))
+        origins = zip(rows.column(s.SOURCE_FILE).to_pylist(), rows.column(s.SOURCE_ROW).to_pylist())
+        for origin, row in zip(origins, rows.select(list(_FINGERPRINTED)).to_pylist()):
+            yield (row["run_id"], row["trajectory_id"]), Copy(origin, fingerprint(row))
+
+
 @dataclass(frozen=True)
 class Decision:
     """What happens to one row: DROP (an identical copy is kept) or CONFLICT."""
@@ -252,6 +291,23 @@ def decide(keyed_copies):
             yield copy.origin[0], Decision(copy.origin[1], CONFLICT, f"{len(copies)} copies differ: {shown}{more}")
 
 
+DECISIONS = tuple[str, list[Decision]]
+
+
+def _decided(copies: beam.PCollection) -> beam.PCollection:
+    """(exact key, Copy) of every row whose key hash repeats -> (file, [Decision])."""
+    return (
+        copies
+        | "Group copies by key" >> beam.GroupByKey()
+        | "Decide copies" >> beam.FlatMap(decide)
+        | "Group decisions by file" >> beam.GroupByKey()
+        | "Index decisions" >> beam.MapTuple(lambda path, decisions: (path, sorted(decisions, key=lambda d: d.row)))
+        .with_output_types(DECISIONS)
+    )
+
+
+@beam.typehints.with_input_types(Shard)
+@beam.typehints.with_output_types(DECISIONS)
 class FindDuplicates(beam.PTransform):
     """Shards -> (file, [Decision]) for every file holding a dropped or conflicting copy."""
 
@@ -266,15 +322,29 @@ class FindDuplicates(beam.PTransform):
             | "Group buckets" >> beam.GroupByKey()
             | "Find repeated hashes" >> beam.Map(_repeated)
         )
-        return (
+        return _decided(
             shards
             | "Fingerprint candidates" >> beam.ParDo(FingerprintCandidatesFn(self._max_text_bytes),
-                                                     beam.pvalue.AsList(repeated))
-            | "Group copies by key" >> beam.GroupByKey()
-            | "Decide copies" >> beam.FlatMap(decide)
-            | "Group decisions by file" >> beam.GroupByKey()
-            | "Index decisions" >> beam.MapTuple(lambda path, decisions: (path, sorted(decisions, key=lambda d: d.row)))
+                                                     beam.pvalue.AsList(repeated)))
+
+
+@beam.typehints.with_input_types(pa.RecordBatch)
+@beam.typehints.with_output_types(DECISIONS)
+class FindDuplicatesInBatches(beam.PTransform):
+    """Read batches -> (file, [Decision]), as FindDuplicates finds them in shards, for
+    trajectories that are no files' rows (imported in the same job): the batches are
+    the ones read again, so a runner keeps them until the decisions are made."""
+
+    def expand(self, batches):
+        repeated = (
+            batches
+            | "Hash keys" >> beam.ParDo(HashBatchKeysFn())
+            | "Group buckets" >> beam.GroupByKey()
+            | "Find repeated hashes" >> beam.Map(_repeated)
         )
+        return _decided(
+            batches
+            | "Fingerprint candidates" >> beam.ParDo(FingerprintBatchCandidatesFn(), beam.pvalue.AsList(repeated)))
 
 
 class SetAsideDuplicatesFn(beam.DoFn):
@@ -321,6 +391,7 @@ def dropped_statistics(rows: pa.RecordBatch) -> dict:
             for g, n in enumerate(counts.tolist()) if n}
 
 
+@beam.typehints.with_input_types(pa.RecordBatch)
 class SetAsideDuplicates(beam.PTransform):
     """Batches and the decisions of FindDuplicates -> batches (main), `unscored`, `stats`."""
 

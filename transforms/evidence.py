@@ -123,7 +123,8 @@ def batch_evidence(resolved, flags: dict, deciding: dict, codes: np.ndarray, nam
 
 
 _SCORED_FIELDS = ("proposal_verdict", "commit_verdict", "proposal_verdict_source", "commit_verdict_source",
-                  "proposal_decided_by", "commit_decided_by", "realized")
+                  "proposal_decided_by", "commit_decided_by", "proposal_policy_ruling", "proposal_policy_decided_by",
+                  "commit_policy_ruling", "commit_policy_decided_by", "realized")
 
 
 def _describe(resolved, shown: list, codes: np.ndarray, names) -> None:

@@ -9,9 +9,12 @@ from each shard that has them, and each scored trajectory (schema.TRAJECTORIES)
 is joined with its own row by (source_file, source_row): the counts of
 agreement with the run's misuse and with legacy (proposal-time) misuse go
 into metrics.json. Shards without the columns cost one footer read.
+Trajectories imported in the same job are no file's rows: their verdicts
+are taken from the read batches instead (HarnessVerdictsOfBatches), keyed
+by the log and the row's position in it.
 
-    Shards --> Read harness verdicts --(side input)--+
-    scored trajectories --> Compare with the harness +--> statistics
+    Shards (or read batches) --> harness verdicts --(side input)--+
+    scored trajectories --> Compare with the harness -------------+--> statistics
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from litmus_score.scoring import metrics as m
 from transforms.columnar import encode, group_codes
 from transforms.conform import UNREADABLE
 from transforms.elements import Shard
-from transforms.schema import HARNESS_MISUSE, HARNESS_VERDICT
+from transforms.schema import HARNESS_MISUSE, HARNESS_VERDICT, SOURCE_FILE, SOURCE_ROW
 from transforms.shardfiles import opened
 
 ROW = "source_row"
@@ -40,22 +43,33 @@ OURS = ("misuse", "legacy_misuse")
 
 
 def read_verdicts(shard):
-    """A shard's harness verdicts (VERDICTS, rows with one only), or None where it has none.
-
-    A value that is not a boolean is no verdict: null, in its own row."""
+    """A shard's harness verdicts (VERDICTS, rows with one only), or None where it has none."""
     with opened(shard) as handle:
         parquet = pq.ParquetFile(handle)
         if not {HARNESS_VERDICT, HARNESS_MISUSE} <= set(parquet.schema_arrow.names):
             return None
         table = parquet.read(columns=[HARNESS_VERDICT, HARNESS_MISUSE], use_threads=False)
-    verdict = table[HARNESS_VERDICT]
-    misuse = table[HARNESS_MISUSE]
+    return verdict_rows(pa.array(np.arange(len(table), dtype=np.int64)), table[HARNESS_VERDICT], table[HARNESS_MISUSE])
+
+
+def verdict_rows(rows, verdict, misuse) -> pa.Table:
+    """The rows (VERDICTS) that have a harness verdict. A value that is not a
+    boolean is no verdict: null, in its own row."""
     if not pa.types.is_string(verdict.type):
-        verdict = pa.nulls(len(table), pa.string())
+        verdict = pa.nulls(len(rows), pa.string())
     if not pa.types.is_boolean(misuse.type):
-        misuse = pa.nulls(len(table), pa.bool_())
-    rows = pa.table([pa.array(np.arange(len(table), dtype=np.int64)), verdict, misuse], schema=VERDICTS)
-    return rows.filter(pc.and_(pc.is_valid(rows[HARNESS_VERDICT]), pc.is_valid(rows[HARNESS_MISUSE])))
+        misuse = pa.nulls(len(rows), pa.bool_())
+    table = pa.table([rows, verdict, misuse], schema=VERDICTS)
+    return table.filter(pc.and_(pc.is_valid(table[HARNESS_VERDICT]), pc.is_valid(table[HARNESS_MISUSE])))
+
+
+def batch_verdicts(batch: pa.RecordBatch):
+    """(file, the harness verdicts of its rows in a read batch) where the batch has any."""
+    if not {HARNESS_VERDICT, HARNESS_MISUSE} <= set(batch.schema.names) or not batch.num_rows:
+        return
+    verdicts = verdict_rows(batch.column(SOURCE_ROW), batch.column(HARNESS_VERDICT), batch.column(HARNESS_MISUSE))
+    if verdicts.num_rows:
+        yield batch.column(SOURCE_FILE)[0].as_py(), verdicts
 
 
 @beam.typehints.with_input_types(Shard)
@@ -118,22 +132,54 @@ def agreement_statistics(trajectories: pa.Table, verdicts: dict) -> dict:
     return statistics
 
 
-@beam.typehints.with_input_types(pa.Table)
-@beam.typehints.with_output_types(dict)
-class CompareWithHarness(beam.PTransform):
-    """Scored trajectories (schema.TRAJECTORIES tables) -> per-batch statistics of
-    agreement with the harness verdicts of `shards` (litmus_score.scoring.metrics form)."""
+class ReadHarnessVerdicts(beam.PTransform):
+    """PBegin -> (path, harness verdicts) of each of `shards` that has any."""
 
     def __init__(self, shards):
         super().__init__()
         self._shards = list(shards)
 
-    def expand(self, trajectories: beam.PCollection[pa.Table]) -> beam.PCollection[dict]:
-        verdicts = (
-            trajectories.pipeline
+    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection[tuple[str, pa.Table]]:
+        return (
+            pbegin
             | "Shards to read harness verdicts of" >> beam.Create(self._shards, reshuffle=False)
             | "Read harness verdicts" >> beam.ParDo(ReadHarnessVerdictsFn())
         )
+
+
+@beam.typehints.with_input_types(pa.RecordBatch)
+@beam.typehints.with_output_types(tuple[str, pa.Table])
+class HarnessVerdictsOfBatches(beam.PTransform):
+    """Read batches -> (file, harness verdicts) of each file that has any: for
+    trajectories that are no files' rows (imported in the same job)."""
+
+    def expand(self, batches: beam.PCollection[pa.RecordBatch]) -> beam.PCollection[tuple[str, pa.Table]]:
+        return (
+            batches
+            | "Harness verdicts of a batch" >> beam.FlatMap(batch_verdicts).with_output_types(tuple[str, pa.Table])
+            | "Group by file" >> beam.GroupByKey()
+            | "One table a file" >> beam.MapTuple(lambda path, tables: (path, pa.concat_tables(list(tables))))
+        )
+
+
+@beam.typehints.with_input_types(pa.Table)
+@beam.typehints.with_output_types(dict)
+class CompareWithHarness(beam.PTransform):
+    """Scored trajectories (schema.TRAJECTORIES tables) -> per-batch statistics of
+    agreement with the harness verdicts of the run's inputs, in
+    litmus_score.scoring.metrics form. `verdicts` is a PCollection of (file,
+    harness verdicts) of each input file that has any
+    (HarnessVerdictsOfBatches), or the PTransform that reads them from the
+    pipeline's start (ReadHarnessVerdicts)."""
+
+    def __init__(self, verdicts: beam.PCollection | beam.PTransform):
+        super().__init__()
+        self._verdicts = verdicts
+
+    def expand(self, trajectories: beam.PCollection[pa.Table]) -> beam.PCollection[dict]:
+        verdicts = self._verdicts
+        if isinstance(verdicts, beam.PTransform):
+            verdicts = trajectories.pipeline | "Harness verdicts of the inputs" >> verdicts
         return (
             trajectories
             | "Compare with the harness"

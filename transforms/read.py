@@ -199,6 +199,7 @@ class ReadShards(beam.PTransform):
             | "Spread shards" >> beam.Reshuffle()
             | "Read shard"
             >> beam.ParDo(ReadShardFn(self._batch_rows, self._max_text_bytes))
+            .with_input_types(Shard)
             .with_output_types(pa.RecordBatch, **{Tag.SHARD_REPORTS: dict})
             .with_outputs(Tag.SHARD_REPORTS, main="batches")
         )

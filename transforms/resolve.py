@@ -143,6 +143,9 @@ class ContextVerdicts:
     source: pa.Array  # recorded, policy or null
     disputed: np.ndarray  # recorded, and the policy says otherwise
     decided_by: pa.Array  # recorded, the policy's rule id or check, or null
+    # Where disputed: the policy's own verdict and what decided it; else null.
+    policy_ruling: pa.Array
+    policy_decided_by: pa.Array
 
 
 _NULL_TEXT = pa.scalar(None, pa.string())
@@ -159,7 +162,8 @@ def context_verdicts(flat: FlatCalls, context: str, rulings: np.ndarray | None, 
     recorded = _verdict_or_null(raw)
     sourced = pc.if_else(is_null(recorded), _NULL_TEXT, pa.scalar(c.RECORDED))
     if rulings is None:
-        return ContextVerdicts(recorded, sourced, np.zeros(len(raw), bool), sourced)
+        nulls = pa.nulls(len(raw), pa.string())
+        return ContextVerdicts(recorded, sourced, np.zeros(len(raw), bool), sourced, nulls, nulls)
     codes = pa.array(rulings)
     ruling = pa.array([verdict for verdict, _ in decisions], pa.string()).take(codes)
     by_rule = pa.array([decided_by for _, decided_by in decisions], pa.string()).take(codes)
@@ -167,8 +171,10 @@ def context_verdicts(flat: FlatCalls, context: str, rulings: np.ndarray | None, 
     value = pc.if_else(unrecorded, ruling, recorded)
     by_policy = pc.if_else(is_null(ruling), _NULL_TEXT, pa.scalar(c.FROM_POLICY))
     disputed = ~is_null(recorded) & ~is_null(ruling) & ~equals(pc.equal(recorded, ruling), True)
+    in_dispute = pa.array(disputed)
     return ContextVerdicts(value, pc.if_else(unrecorded, by_policy, sourced), disputed,
-                           pc.if_else(unrecorded, by_rule, sourced))
+                           pc.if_else(unrecorded, by_rule, sourced),
+                           pc.if_else(in_dispute, ruling, _NULL_TEXT), pc.if_else(in_dispute, by_rule, _NULL_TEXT))
 
 
 @dataclass(frozen=True)
@@ -286,6 +292,10 @@ def _resolved(batch: pa.RecordBatch, flat: FlatCalls, resolution: CallResolution
             "commit_verdict_source": resolution.commit.source.filter(keep),
             "proposal_decided_by": resolution.proposal.decided_by.filter(keep),
             "commit_decided_by": resolution.commit.decided_by.filter(keep),
+            "proposal_policy_ruling": resolution.proposal.policy_ruling.filter(keep),
+            "proposal_policy_decided_by": resolution.proposal.policy_decided_by.filter(keep),
+            "commit_policy_ruling": resolution.commit.policy_ruling.filter(keep),
+            "commit_policy_decided_by": resolution.commit.policy_decided_by.filter(keep),
             "policy_disagreement": pa.array(
                 (resolution.proposal.disputed | resolution.commit.disputed)[in_rows], pa.bool_()
             ),
@@ -359,6 +369,7 @@ class ResolveContextsFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(Tag.UNSCORED, outcome.unscored)
 
 
+@beam.typehints.with_input_types(Checked)
 class ResolveContexts(beam.PTransform):
     """Checked batches -> Resolved (main), UNSCORED tables (`unscored`), the
     validity audit's statistics (`validity`, litmus_score.scoring.metrics form) and,

@@ -1,49 +1,17 @@
-"""Arrow schemas of the input contract and of the pipeline's outputs."""
+"""Arrow schemas of the pipeline: what the read stage adds to the input
+contract's rows, and the outputs. The contract itself is litmus_score.schema,
+named here too so that a stage finds every schema in one place."""
 
 import pyarrow as pa
 
-CONTEXT_FIELDS = [
-    pa.field("resolved_arguments", pa.string()),
-    pa.field("principal", pa.string()),
-    pa.field("policy_verdict", pa.string()),
-    pa.field("at", pa.timestamp("us", tz="UTC")),
-]
-CONTEXT = pa.struct(CONTEXT_FIELDS)
-COMMIT = pa.struct(
-    CONTEXT_FIELDS
-    + [
-        pa.field("outcome", pa.string()),
-        pa.field("status_code", pa.int32()),
-        pa.field("state_mutated", pa.bool_()),
-    ]
-)
-CALL = pa.struct(
-    [
-        pa.field("call_id", pa.string()),
-        pa.field("step", pa.int32()),
-        pa.field("tool", pa.string()),
-        pa.field("arguments", pa.string()),
-        pa.field("proposal", CONTEXT),
-        pa.field("commit", COMMIT),
-    ]
-)
-
-# The trajectory row of scoring-v1. Every field is nullable here: a null
-# required field is a completeness failure to report, not a read error.
-TRAJECTORY = pa.schema(
-    [
-        pa.field("schema_version", pa.string()),
-        pa.field("run_id", pa.string()),
-        pa.field("trajectory_id", pa.string()),
-        pa.field("agent", pa.string()),
-        pa.field("task_id", pa.string()),
-        pa.field("task_category", pa.string()),
-        pa.field("episode_outcome", pa.string()),
-        pa.field("verbal_stance", pa.string()),
-        pa.field("call_count", pa.int32()),
-        pa.field("calls", pa.list_(CALL)),
-    ]
-)
+from litmus_score.schema import CALL as CALL
+from litmus_score.schema import COMMIT as COMMIT
+from litmus_score.schema import CONTEXT as CONTEXT
+from litmus_score.schema import HARNESS_MISUSE as HARNESS_MISUSE
+from litmus_score.schema import HARNESS_VERDICT as HARNESS_VERDICT
+from litmus_score.schema import NO_VERDICTS as NO_VERDICTS
+from litmus_score.schema import TRAJECTORY as TRAJECTORY
+from litmus_score.schema import VERDICTS as VERDICTS
 
 # Provenance the reader adds to every row.
 SOURCE_FILE = "_source_file"
@@ -59,17 +27,6 @@ READ_FLAGS = [pa.field(INVALID_TEXT, pa.string()), pa.field(TOO_LARGE, pa.string
 RAW_PREFIX = "_input:"
 # Columns of a read batch that are not extra input columns.
 READ_COLUMNS = frozenset(TRAJECTORY.names) | {SOURCE_FILE, SOURCE_ROW, INVALID_TEXT, TOO_LARGE}
-# Columns an input may carry beside the contract: the verdict of the harness
-# that wrote it (which one, e.g. "agentdojo:security"; true where it judged
-# that misuse happened). transforms.harness compares it with ours.
-HARNESS_VERDICT = "harness_verdict"
-HARNESS_MISUSE = "harness_misuse"
-# A shard's Parquet key-value metadata: VERDICTS = NO_VERDICTS says no context
-# in it records a policy verdict (an import of agent logs), so a policy is the
-# only source of its verdicts.
-VERDICTS = b"litmus_score.verdicts"
-NO_VERDICTS = b"none"
-
 # Columns with few distinct values per run are dictionary-encoded: a million
 # scored calls repeat a handful of runs, agents, categories and shard paths.
 CATEGORICAL = pa.dictionary(pa.int32(), pa.string())
@@ -94,6 +51,12 @@ SCORED = pa.schema(
         pa.field("commit_decided_by", CATEGORICAL),
         # A policy was given and disagrees with a recorded verdict of the call.
         pa.field("policy_disagreement", pa.bool_()),
+        # Where the policy disagrees with a context's recorded verdict: the
+        # policy's own verdict and what decided it (null elsewhere).
+        pa.field("proposal_policy_ruling", CATEGORICAL),
+        pa.field("proposal_policy_decided_by", CATEGORICAL),
+        pa.field("commit_policy_ruling", CATEGORICAL),
+        pa.field("commit_policy_decided_by", CATEGORICAL),
         # What the environment did (null without a commit).
         pa.field("outcome", CATEGORICAL),
         pa.field("status_code", pa.int32()),
@@ -121,6 +84,8 @@ TRAJECTORIES = pa.schema(
         pa.field("misuse_calls", pa.list_(pa.string())),
         # ... and those whose proposal verdict is deny.
         pa.field("flagged_calls", pa.list_(pa.string())),
+        # What decided the verdict that made each of misuse_calls misuse, in its order (metrics' flagged_by_rule).
+        pa.field("misuse_decided_by", pa.list_(pa.string())),
         pa.field("source_file", CATEGORICAL),
         pa.field("source_row", pa.int64()),
     ]

@@ -7,6 +7,8 @@
     OUTPUT/trajectories/*.parquet one row per scored trajectory, its verdicts
     OUTPUT/unscored/*.parquet one row per unscored trajectory, input row kept;
                             files named by the stage that set them aside
+    OUTPUT/unmapped/*.parquet a run that imports its logs: what of them became
+                            no trajectory (the manifest's `import` counts it)
 
 Parquet files are committed the way Beam's file sinks commit them, in fewer
 stages: each bundle writes one file into a temporary folder, and one final
@@ -36,6 +38,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
+from litmus_score.importers import manifest as import_manifest
+from litmus_score.importers.rows import UNMAPPED
 from litmus_score.scoring.layout import (
     EVIDENCE_FILE,
     MANIFEST_FILE,
@@ -45,6 +49,7 @@ from litmus_score.scoring.layout import (
     SCORED_PREFIX,
     TEMP_PREFIX,
     TRAJECTORIES_DIR,
+    UNMAPPED_DIR,
     UNSCORED_DIR,
 )
 from transforms import schema as s
@@ -53,13 +58,16 @@ from transforms.files import DigestingFile, delete_exactly, objects_under, renam
 CODEC = "snappy"
 
 
-def manifest_document(reports, header: dict, outputs=()) -> dict:
+def manifest_document(reports, header: dict, outputs=(), imported: dict | None = None) -> dict:
     """The manifest: `header` (options, versions), the shard reports sorted by
     file, and every file written (path relative to the output folder, rows,
-    bytes, sha256), sorted by path."""
+    bytes, sha256), sorted by path. `imported`, where the run imported its
+    logs, is the import's manifest (litmus_score.importers.manifest), kept
+    as `import`; its unmapped/ files are among the run's outputs."""
     files = sorted(reports, key=lambda report: report["file"])
     return {
         **header,
+        **({"import": imported} if imported is not None else {}),
         "inputs": files,
         "input_rows": sum(report["rows_read"] for report in files),
         "unreadable_files": [report["file"] for report in files if report["error"]],
@@ -191,13 +199,15 @@ def _delete_folder(folder: str) -> None:
     delete_exactly(objects_under(folder))
 
 
-# What the finishing step collects: shard reports, written files, the metrics and evidence documents.
-_READ, _WRITTEN, _METRICS, _EVIDENCE = "read", "written", "metrics", "evidence"
+# What the finishing step collects: shard reports, written files, the metrics and evidence
+# documents, and the import's reports of a run that imports its logs.
+_READ, _WRITTEN, _METRICS, _EVIDENCE, _IMPORTED = "read", "written", "metrics", "evidence", "imported"
+UNMAPPED_FILES = FileSet(UNMAPPED_DIR, "part", UNMAPPED)
 
 
 # The outputs of pipeline.graph.ScoreTrajectories, by key; `unscored` is a dict of PCollections of them.
 @beam.typehints.with_input_types(scored=pa.Table, trajectories=pa.Table, evidence=dict, unscored=pa.Table,
-                                 metrics=dict, shard_reports=dict)
+                                 metrics=dict, shard_reports=dict, import_reports=dict, unmapped=pa.Table)
 class WriteOutputs(beam.PTransform):
     """Writes scored and UNSCORED tables, metrics and the manifest under `output`.
 
@@ -205,33 +215,42 @@ class WriteOutputs(beam.PTransform):
     optional), evidence (one document, optional), unscored (a dict of
     name -> PCollection of pa.Tables, one file set per name), metrics (one
     document) and shard_reports (one dict per input file; a run reads at
-    least one; they go into the manifest unchanged). One finishing step
+    least one; they go into the manifest unchanged). A run that imports its
+    logs adds import_reports (one dict per log) and unmapped (pa.Tables),
+    and `import_header`, its import manifest's header. One finishing step
     commits the Parquet files, then writes metrics.json, then the manifest
     listing them all.
     """
 
-    def __init__(self, output: str, manifest_header: dict):
+    def __init__(self, output: str, manifest_header: dict, import_header: dict | None = None):
         super().__init__()
         self._output = output.rstrip("/") or "/"
         self._header = manifest_header
+        self._import_header = import_header
 
     def expand(self, outputs: dict[str, Any]) -> beam.PCollection[None]:
-        header, output = self._header, self._output
+        header, import_header, output = self._header, self._import_header, self._output
         temp_dir = FileSystems.join(output, TEMP_PREFIX + uuid.uuid4().hex)
         tables = {files: outputs[key] for key, files in FILE_SETS.items() if key in outputs} | {
             FileSet(UNSCORED_DIR, name, s.UNSCORED): records for name, records in outputs["unscored"].items()
         }
+        if import_header is not None:
+            tables[UNMAPPED_FILES] = outputs["unmapped"]
         file_sets = list(tables)
 
         def finish(entries) -> None:
             by_kind = {kind: [value for k, value in entries if k == kind]
-                       for kind in (_READ, _WRITTEN, _METRICS, _EVIDENCE)}
+                       for kind in (_READ, _WRITTEN, _METRICS, _EVIDENCE, _IMPORTED)}
             committed = commit_files(by_kind[_WRITTEN], file_sets, output, temp_dir)
             (metrics,) = by_kind[_METRICS]
             committed.append(write_whole(output, METRICS_FILE, to_json(metrics).encode("utf-8")))
             for evidence in by_kind[_EVIDENCE]:
                 committed.append(write_whole(output, EVIDENCE_FILE, to_json(evidence).encode("utf-8")))
-            manifest = manifest_document(by_kind[_READ], header, committed)
+            imported = None
+            if import_header is not None:
+                imported = import_manifest.manifest_document(by_kind[_IMPORTED], import_header)
+                del imported["outputs"]  # its unmapped/ files are the run's outputs
+            manifest = manifest_document(by_kind[_READ], header, committed, imported)
             write_whole(output, MANIFEST_FILE, to_json(manifest).encode("utf-8"))
 
         # One finishing step for files, metrics and manifest: each global
@@ -246,6 +265,9 @@ class WriteOutputs(beam.PTransform):
         documents = [outputs["metrics"] | "Tag metrics" >> beam.Map(lambda document: (_METRICS, document))]
         if "evidence" in outputs:
             documents.append(outputs["evidence"] | "Tag evidence" >> beam.Map(lambda document: (_EVIDENCE, document)))
+        if import_header is not None:
+            documents.append(outputs["import_reports"]
+                             | "Tag import reports" >> beam.Map(lambda report: (_IMPORTED, report)))
         return (
             [reports, *documents, *written]
             | "Gather files" >> beam.Flatten()

@@ -14,15 +14,21 @@ Two tasks:
                    matches a file, or, with `wait_for` unset, when `input`
                    matches a shard. It checks every 5 minutes, frees its
                    worker slot in between, and fails loudly after 4 hours.
-  score_night      `litmus-score nightly` for the night (litmus_nightly_job.py
-                   beside this file), with the Apache Beam provider's
-                   operator, in the environment the `environment` param
-                   names: the python of an environment that has litmus-score
+  score_night      `litmus-score nightly` for the night (`python -m
+                   pipeline.nightly_job`, part of litmus-score, so nothing
+                   beside this file needs litmus-score to parse), with the
+                   Apache Beam provider's operator, in litmus-score's
+                   environment: the python of an environment that has it
                    (an absolute path ending in /python, /python3 or
                    /python3.N), or a pip requirement (`litmus-score[gcp]==0.1.0`,
                    a wheel, a checkout's folder) for a virtualenv the operator
                    builds for each run. Not the worker's own python: Airflow's
                    pins and litmus-score's disagree.
+
+The environment names the program the worker runs, so it is deploy-time
+configuration (`environment` in litmus_nightly.json beside this file, read
+when the DAG is parsed), never a run param: a run triggered with an
+`environment` in its conf fails at once, having run nothing.
 
 Paths are absolute (local, or gs:// and the like where Beam reads them);
 the defaults follow docs/runners.md ("Nightly on Airflow"): litmus-score in
@@ -31,9 +37,9 @@ nights under /data/litmus/scores/. `runner` is DirectRunner unless set;
 `beam_options` carries the runner's options, e.g. for Dataflow
 {"project": "P", "region": "R", "temp_location": "gs://B/tmp",
 "setup_file": "/opt/litmus-score/pyproject.toml"}. Other defaults for every
-run go into litmus_nightly.json beside this file (a JSON object of params),
-so the DAG is deployed as shipped; a run triggered by hand may set any
-param too.
+run go into litmus_nightly.json beside this file (a JSON object of settings:
+`environment` and the params' defaults), so the DAG is deployed as shipped; a
+run triggered by hand may set any param too.
 
 Outcomes. A transient failure of the scoring job (exit 1, 2, a lost worker)
 is retried twice, 10 minutes apart. Exits 3, 4 and 5 are verdicts and fail at
@@ -61,7 +67,8 @@ from airflow.providers.standard.sensors.python import PythonSensor
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
-JOB_FILE = str(Path(__file__).with_name("litmus_nightly_job.py"))
+# Run as `python -m`, from litmus-score's own environment: no job file in the dags folder.
+JOB_MODULE = "pipeline.nightly_job"
 # litmus-score's verdict exits (litmus_score/exits.py; the DAG runs where litmus-score
 # need not be installed, so they are spelled here, and tests/test_exits.py holds them equal).
 EXIT_REGRESSION, EXIT_INCOMPLETE_INPUT, EXIT_WITHHELD = 3, 4, 5
@@ -78,7 +85,8 @@ NIGHT = "{{ params.night or data_interval_start | ds }}"
 # An interpreter, not a requirement: an absolute path whose last part is python, python3 or python3.N.
 INTERPRETER = re.compile(r"/(.+/)?python(3(\.\d+)?)?")
 ABSOLUTE = r"^(/|[a-z][a-z0-9+.-]*://)"  # a path from the root, or a URL (gs://, s3://, ...)
-# The params' defaults as shipped; litmus_nightly.json beside this file may set others.
+# The settings as shipped; litmus_nightly.json beside this file may set others. All but
+# `environment` are params, which a run may set; the environment is the deployer's alone.
 SHIPPED_DEFAULTS = {
     "environment": "/opt/litmus-score/.venv/bin/python",
     "input": "/data/litmus/runs/{date}/*.parquet",
@@ -109,6 +117,8 @@ def failure_message(context) -> str:
         return (f"litmus-score nightly {night}: the night's data did not arrive within {waited} "
                 f"(nothing matches {pattern})")
     code = exit_code(context.get("exception"))
+    if code is None and context.get("exception"):  # no exit of litmus-score's (refused, timed out): say what
+        return f"litmus-score nightly {night}: the scoring task failed: {context['exception']}"
     return f"litmus-score nightly {night}: {VERDICTS.get(code, 'the scoring job failed')} (exit code {code})"
 
 
@@ -142,20 +152,21 @@ def job_environment(environment: str) -> tuple:
 
 
 class LitmusScoreOperator(BeamRunPythonPipelineOperator):
-    """The Beam provider's operator, run in the environment named by `environment` (templated);
-    litmus-score's verdict exits (3, 4, 5) fail the task without a retry."""
-
-    template_fields = (*BeamRunPythonPipelineOperator.template_fields, "environment")
+    """The Beam provider's operator, run in the deployed `environment` (fixed when the DAG is parsed,
+    never templated); litmus-score's verdict exits (3, 4, 5) fail the task without a retry."""
 
     def __init__(self, *, environment: str, **kwargs) -> None:
         super().__init__(**kwargs)
         self.environment = environment
 
     def execute(self, context):
+        if "environment" in context["params"]:  # a run's conf joins its params: refused, not ignored
+            raise AirflowFailException("`environment` is not a run param: litmus-score's environment is set "
+                                       "when the DAG is deployed (litmus_nightly.json beside it, docs/runners.md)")
         self.py_interpreter, self.py_requirements = job_environment(self.environment)
         if self.py_requirements is None and not os.access(self.py_interpreter, os.X_OK):
             raise AirflowFailException(f"no python at {self.py_interpreter}: install litmus-score there "
-                                       "(docs/runners.md) or name its environment in the `environment` param")
+                                       "(docs/runners.md) or name its environment in litmus_nightly.json")
         try:
             return super().execute(context)
         except AirflowException as error:
@@ -165,14 +176,18 @@ class LitmusScoreOperator(BeamRunPythonPipelineOperator):
 
 
 def site_defaults(path: Path) -> dict:
-    """SHIPPED_DEFAULTS, with the site's own from `path` (a JSON object of params) where that file exists."""
+    """SHIPPED_DEFAULTS, with the site's own from `path` (a JSON object of settings) where that file exists."""
     if not path.exists():
         return dict(SHIPPED_DEFAULTS)
     site = json.loads(path.read_text(encoding="utf-8"))
     unknown = sorted(set(site) - set(SHIPPED_DEFAULTS)) if isinstance(site, dict) else ["(not a JSON object)"]
     if unknown:
-        raise ValueError(f"{path}: unknown param {unknown[0]!r}; the params are {', '.join(SHIPPED_DEFAULTS)}")
-    return {**SHIPPED_DEFAULTS, **site}
+        raise ValueError(f"{path}: unknown setting {unknown[0]!r}; the settings are {', '.join(SHIPPED_DEFAULTS)}")
+    settings = {**SHIPPED_DEFAULTS, **site}
+    if not isinstance(settings["environment"], str) or not settings["environment"]:
+        raise ValueError(f"{path}: environment must be litmus-score's python or a pip requirement, "
+                         f"not {settings['environment']!r}")
+    return settings
 
 
 DEFAULTS = site_defaults(Path(__file__).with_name("litmus_nightly.json"))
@@ -187,10 +202,6 @@ with DAG(
     # Native rendering: `beam_options` stays a dict, an unset option None (omitted).
     render_template_as_native_obj=True,
     params={
-        "environment": Param(DEFAULTS["environment"], type="string", minLength=1,
-                             description="litmus-score's environment: its python (an absolute path ending in "
-                                         "/python, /python3 or /python3.N), or a pip requirement for a "
-                                         "virtualenv built for each run"),
         "input": Param(DEFAULTS["input"], type="string", pattern=ABSOLUTE,
                        description="The night's shards, a path or glob; {date} is filled in"),
         "wait_for": Param(DEFAULTS["wait_for"], type=["null", "string"], pattern=ABSOLUTE,
@@ -223,8 +234,9 @@ with DAG(
     )
     score = LitmusScoreOperator(
         task_id="score_night",
-        environment="{{ params.environment }}",
-        py_file=JOB_FILE,
+        environment=DEFAULTS["environment"],
+        py_file=JOB_MODULE,
+        py_options=["-m"],
         runner="{{ params.runner }}",
         default_pipeline_options="{{ params.beam_options }}",
         pipeline_options={

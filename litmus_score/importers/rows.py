@@ -8,8 +8,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from litmus_score import schema as s
 from litmus_score.scoring import contract as c
-from transforms import schema as s
 
 # Columns every imported shard carries beside the contract's: where the row came from.
 SOURCE_LOG = "source_log"

@@ -31,6 +31,7 @@ from litmus_score.scoring.stats import wilson_interval
 MAX_ROWS = 50
 MAX_GROUPS = 200
 MAX_CHART_GROUPS = 40
+MAX_RULE_AGENTS = 5  # the agents named beside each rule
 TEXT_CHARS = 240  # longer text: file paths, issues, comparison reasons
 CHART_CHARS = 36
 KEEP_CHARS = 32  # names up to this long stay on one line in tables
@@ -159,6 +160,19 @@ def _slices(groups, totals) -> dict:
     }
 
 
+# Agents whose drivers the page shows (regressions first, then watch); comparison.json has every one's.
+MAX_DRIVER_AGENTS = 20
+
+
+def _drivers(agents) -> tuple:
+    """The agents with drivers (comparison.json's, per tool and task category), at most MAX_DRIVER_AGENTS,
+    and how many more have them."""
+    driven = [{"agent": a.get("agent"), "verdict": a.get("verdict"), "drivers": a["drivers"],
+               "css": a.get("verdict") if a.get("verdict") in ("regression", "watch") else "other"}
+              for a in agents if isinstance(a.get("drivers"), dict)]
+    return driven[:MAX_DRIVER_AGENTS], max(0, len(driven) - MAX_DRIVER_AGENTS)
+
+
 RULE_LABELS = {"spec": "spec version", "adjudication": "adjudication mode", "policy_sha256": "policy (sha256)"}
 
 
@@ -177,6 +191,7 @@ def _comparison(comparison) -> dict | None:
     rank = {verdict: index for index, verdict in enumerate(COMPARISON_ORDER)}
     agents, left = _top(comparison.get("agents") or [], lambda a: rank.get(a.get("verdict"), len(rank)), MAX_GROUPS)
     fields = ("agent", "verdict", "new", "old", "difference", "ci95", "paired_tasks")
+    driven, driven_left = _drivers(agents)
     return {
         "baseline": _baseline(comparison),
         "rules_changed": [dict(change, label=RULE_LABELS.get(change.get("rule"), display(change.get("rule"))))
@@ -186,6 +201,7 @@ def _comparison(comparison) -> dict | None:
                     "css": a.get("verdict") if a.get("verdict") in rank else "other",
                     "reasons": (a.get("reasons") or [])[:10]} for a in agents],
         "left_out": left,
+        "drivers": driven, "drivers_left": driven_left,
         "regressions": comparison.get("regressions") or [],
         "watch": comparison.get("watch") or [],
         "false_alarm_level": (comparison.get("thresholds") or {}).get("false_alarm_level"),
@@ -233,6 +249,23 @@ def _gap(groups, totals) -> dict | None:
     return {"totals": totals["gap"], "groups": [g for g in groups if g["gap"] and g["gap"]["calls"]]}
 
 
+def _rules(groups, totals) -> dict | None:
+    """The misuse calls per rule that decided them (flagged_by_rule), most first, each with the
+    agents it flagged most; None for a run without misuse calls (or written before the field)."""
+    flagged = totals.get("flagged_by_rule")
+    if not flagged:
+        return None
+    all_calls = sum(flagged.values())
+    ranked = sorted(flagged.items(), key=lambda item: (-item[1], item[0]))
+    rules = []
+    for rule, calls in ranked[:MAX_ROWS]:
+        counts = [((g.get("flagged_by_rule") or {}).get(rule, 0), i) for i, g in enumerate(groups)]
+        top = sorted((item for item in counts if item[0]), key=lambda item: (-item[0], item[1]))[:MAX_RULE_AGENTS]
+        most = [{"run_id": groups[i]["run_id"], "agent": groups[i]["agent"], "calls": n} for n, i in top]
+        rules.append({"rule": rule, "calls": calls, "share": calls / all_calls, "agents": most})
+    return {"rules": rules, "left_out": max(0, len(ranked) - MAX_ROWS)}
+
+
 def _sections(metrics, inputs, comparison, evidence, groups, groups_left, totals, mode_label) -> list:
     slices = _slices(metrics["groups"], metrics["totals"])
     return [
@@ -245,6 +278,7 @@ def _sections(metrics, inputs, comparison, evidence, groups, groups_left, totals
                 "validity.html.j2", validity_view(totals, MAX_ROWS)),
         Section("harness", "The harness's own verdict beside ours", "Harness verdict", "harness.html.j2",
                 harness_view(metrics["groups"], MAX_ROWS)),
+        Section("rules", "Misuse calls by rule", "Rules", "rules.html.j2", _rules(metrics["groups"], totals)),
         Section("evidence", "Evidence", "Evidence", "evidence.html.j2", evidence_view(evidence, MAX_GROUPS)),
         Section("unscored", "Unscored trajectories", "Unscored", "unscored.html.j2", {"groups": groups}),
         Section("slices", "Slices", "Slices", "slices.html.j2", slices if slices["present"] else None),

@@ -1,7 +1,8 @@
 """The history of nights as a document: trend.json (litmus-trend/1), computed from nights already read.
 
     trend_document(nights)     per night its rules, the rules that changed since the
-                               night before, its alert and unscored share; per agent,
+                               night before, its alert and unscored share, its report;
+                               per agent,
                                commit-time and proposal-time misuse night by night
 
 Pure: the nights are read, and trend.json and trend.html written, by
@@ -18,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from litmus_score.scoring.compare import rules_changed, rules_of
+from litmus_score.scoring.layout import REPORT_FILE
 from litmus_score.scoring.stats import wilson_interval
 
 TREND_SCHEMA = "litmus-trend/1"
@@ -49,6 +51,13 @@ def _pooled_agents(metrics: dict) -> dict:
     return agents
 
 
+def _report(night: dict) -> str | None:
+    """The night's report.html relative to the root, where its manifest lists one."""
+    listed = any(isinstance(entry, dict) and entry.get("path") == REPORT_FILE
+                 for entry in night["manifest"].get("outputs") or [])
+    return f"{night['folder']}/{REPORT_FILE}" if listed else None
+
+
 def _night_entry(night: dict, previous: dict | None, segment: int) -> dict:
     metrics, manifest, comparison = night["metrics"], night["manifest"], night["comparison"] or {}
     totals = metrics["totals"]["trajectories"]
@@ -56,7 +65,7 @@ def _night_entry(night: dict, previous: dict | None, segment: int) -> dict:
     rules = rules_of(metrics)
     baseline = comparison.get("baseline") or {}
     return {
-        "date": night["date"], "folder": night["folder"], **rules,
+        "date": night["date"], "folder": night["folder"], "report": _report(night), **rules,
         "rules_changed": rules_changed(rules, rules_of(previous["metrics"])) if previous else [],
         "segment": segment,
         "trajectories": {name: totals[name] for name in ("input", "scored", "unscored")},

@@ -6,12 +6,16 @@ scripts; deterministic. Per agent, a chart of commit-time and proposal-time
 misuse night by night with their 95% intervals, a band on each night that
 alerted for it, and a dashed rule where the spec version, mode or policy
 changed: lines join nights of one segment only, never across a change of
-rules. Then the nights: their rules, alerts and unscored share.
+rules, labelled with how the policy changed (rules added, removed, changed)
+and linked to that night's row. Then the nights: each linked to its
+report.html, their rules and the policy's diff rule by rule, alerts and
+unscored share.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import quote
 
 from markupsafe import Markup
 
@@ -19,6 +23,7 @@ from litmus_score.report.charts import nice_ticks
 from litmus_score.report.formats import NAME_CHARS, display
 from litmus_score.report.jinja import CSP, environment
 from litmus_score.report.page import COMMIT_COLOR, LEGACY_COLOR, RULE_LABELS
+from litmus_score.scoring.layout import REPORT_FILE
 
 MAX_CHARTS = 40
 WIDTH, HEIGHT = 960, 210
@@ -71,6 +76,28 @@ def _series(points, index_of, geometry, block, colour) -> dict:
     return {"colour": colour, "paths": paths, "marks": marks}
 
 
+def report_href(night: dict) -> str | None:
+    """A relative link to a night's report (trend.json's `report`): its folder URL-quoted whole as one path
+    segment, so no folder name makes it another scheme, a query, a fragment or a path elsewhere; none for
+    a night without a report or a folder named as a step (`.`, `..`)."""
+    if not night.get("report") or night["folder"] in (".", ".."):
+        return None
+    return f"{quote(night['folder'], safe='')}/{REPORT_FILE}"
+
+
+def _change_label(night: dict) -> str:
+    """A change of rules as its mark on a chart says it: what changed and, for a policy, how many rules."""
+    label = " & ".join(CHANGE_WORDS.get(c["rule"], "rules") for c in night["rules_changed"]) + " changed"
+    diff = night.get("policy_diff")
+    if not diff:
+        return label
+    counts = [f"{len(diff.get(key) or [])} {what}" for key, what in (
+        ("rules_added", "added"), ("rules_removed", "removed"), ("rules_changed", "changed")) if diff.get(key)]
+    settings = len(diff.get("settings_changed") or [])
+    counts += [f"{settings} setting{'s' if settings > 1 else ''}"] if settings else []
+    return f"{label}: {', '.join(counts)}" if counts else label
+
+
 def _chart(title: str, points, nights) -> Markup:
     index_of = {night["date"]: i for i, night in enumerate(nights)}
     highest = max([0.0] + [p[block]["ci95"][1] for p in points for block in ("misuse", "legacy_misuse")
@@ -78,9 +105,10 @@ def _chart(title: str, points, nights) -> Markup:
     geometry = Geometry(len(nights), max(highest * 1.1, 0.05))
     ticks = nice_ticks(geometry.limit, integer=False)
     alerts = [geometry.x(index_of[p["date"]]) for p in points if p["alert"]]
-    changes = [{"x": round(geometry.x(i) - geometry.step / 2, 1),
-                "label": " & ".join(CHANGE_WORDS.get(c["rule"], "rules") for c in night["rules_changed"]) + " changed"}
-               for i, night in enumerate(nights) if night["rules_changed"]]
+    # A label right of its rule, or left of it in the chart's right half, so that it is not cut at the edge.
+    changes = [{"x": x, "label": _change_label(night), "row": i + 1, "end": x > WIDTH / 2}
+               for i, night in enumerate(nights) if night["rules_changed"]
+               for x in [round(geometry.x(i) - geometry.step / 2, 1)]]
     every = max(1, round(len(nights) / 16))  # date labels that do not overlap
     return Markup(_SVG.render(
         width=WIDTH, height=HEIGHT, left=LEFT, right=WIDTH - RIGHT, top=TOP, bottom=HEIGHT - BOTTOM,
@@ -117,6 +145,7 @@ def render_trend(document: dict) -> str:
     agents = scored[:MAX_CHARTS]
     return _PAGE.render(
         csp=CSP, nights=nights, skipped=document["skipped"],
+        reports=[report_href(night) for night in nights],
         totals=_chart("all agents", document["totals"], nights) if nights else None,
         charts=[(agent["agent"], _chart(agent["agent"] or "(none)", agent["points"], nights)) for agent in agents],
         charts_left=len(scored) - len(agents) + document["agents_left"],

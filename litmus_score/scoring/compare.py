@@ -50,17 +50,25 @@ either one suffices, so the tighter bound decides). Bounds compare exactly
 is `new_agent` or `missing_agent` and is never flagged either.
 
 Many agents at once (the spec's "Comparing runs", last paragraph). Each
-judged agent gets a one-sided p-value for a rise, Fisher's exact test on
-its two runs' misuse counts (exact: its size never exceeds the level, at
-any rate or sample size). Holm's step-down procedure over every judged
-agent holds the chance that two runs from one distribution raise any alert
-at `false_alarm_level` (5%). With `require_significance`, an agent past its
-bounds is a `regression` (alerted, exit 3) only if Holm confirms its rise;
-otherwise it is `watch`: reported, never alerted on. The Newcombe interval
-is reported beside it. The McNemar test on shared tasks is reported, not
-used: its outcome (a task with any misuse) is coarser than the rate judged,
-and choosing per agent between two tests after seeing the data would spend
-the level twice.
+judged agent gets a one-sided p-value for a rise (`rise_test`), by a rule
+fixed before any outcome is seen: where the two runs pair up completely
+(every scored trajectory on a task both runs scored exactly once) the exact
+McNemar test on those tasks, which removes the spread between tasks;
+otherwise Fisher's exact test on its two runs' misuse counts (where tasks
+repeat, a task's outcome, any misuse, is coarser than the rate judged).
+Both are exact: their size never exceeds the level, at any rate or sample
+size. Holm's step-down procedure over every judged agent holds the chance
+that two runs from one distribution raise any alert at
+`false_alarm_level` (5%). An agent past its bounds is a `regression`
+(alerted, exit 3) only if Holm confirms its rise; otherwise it is `watch`:
+reported, never alerted on. Nothing else raises exit 3, so the level holds
+for the whole verdict: `require_significance` may only be true. The
+Newcombe interval and the two-sided McNemar test are reported beside it.
+
+What drove it. For each agent that regressed or is watched, `drivers`
+gives the change in misuse per tool and per task category between the two
+runs, from their metrics' slices, largest contribution first and bounded
+(litmus_score.scoring.drivers); null for every other agent.
 
 The document names its baseline (`baseline`: the folder and night the
 caller read it from, its run_ids, and the rules it was scored under) and
@@ -89,6 +97,7 @@ from pydantic_core import PydanticCustomError
 from litmus_score.exits import Exit
 from litmus_score.scoring import configfile
 from litmus_score.scoring import contract as c
+from litmus_score.scoring import drivers as d
 from litmus_score.scoring.layout import COMPARISON_SCHEMA, NO_TASK, OTHER
 from litmus_score.scoring.stats import Z95, wilson_interval
 
@@ -154,6 +163,16 @@ def rise_p_value(x_new: int, n_new: int, x_old: int, n_old: int) -> float:
     return min(1.0, math.exp(top) * math.fsum(math.exp(term - top) for term in tail))
 
 
+def paired_rise_p_value(new_only: int, old_only: int) -> float:
+    """One-sided exact McNemar p-value for a rise: the chance that Binomial(new_only + old_only, 1/2)
+    is new_only or more, the tasks with misuse in one run only splitting evenly under no change."""
+    discordant = new_only + old_only
+    tail = [math.lgamma(discordant + 1) - math.lgamma(k + 1) - math.lgamma(discordant - k + 1)
+            - discordant * math.log(2) for k in range(new_only, discordant + 1)]
+    top = max(tail)
+    return min(1.0, math.exp(top) * math.fsum(math.exp(term - top) for term in tail))
+
+
 def holm(p_values: Mapping, level: float) -> set:
     """The keys whose hypothesis Holm's step-down procedure rejects at the family-wise `level`:
     the i-th smallest of m p-values (from 0) is rejected while it is at most level / (m - i)."""
@@ -179,7 +198,8 @@ class MisuseRateThreshold(_Model):
 
     absolute_increase: FiniteFloat | None = Field(None, ge=0, le=1)
     relative_increase: FiniteFloat | None = Field(None, ge=0)
-    require_significance: bool = True
+    # Kept so that existing files load; false (the bounds alone alert) would raise exit 3 outside the control.
+    require_significance: Literal[True] = True
 
     @model_validator(mode="after")
     def _bounded(self):
@@ -236,6 +256,34 @@ def _count(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{where}: expected a non-negative integer, got {value!r}")
     return value
+
+
+def _pool_slices(document: Mapping, label: str, agents: set) -> dict:
+    """agent -> {dimension: {name: (total, misuse)}, or None where some group of the agent lacks that slice}
+    for the `agents` given (drivers.DIMENSIONS), pooled over their groups; ValueError naming the field at fault."""
+    pooled: dict = {agent: {dimension: {} for dimension in d.DIMENSIONS} for agent in agents}
+    for index, group in enumerate(document["groups"]):
+        if group["agent"] not in pooled:
+            continue
+        where = f"{label} metrics: groups[{index}]"
+        for dimension, (key, unit) in d.DIMENSIONS.items():
+            names = (group.get("slices") or {}).get(key)
+            merged = pooled[group["agent"]][dimension]
+            if names is None or merged is None:
+                pooled[group["agent"]][dimension] = None
+                continue
+            if not isinstance(names, Mapping):
+                raise ValueError(f"{where}.slices.{key}: expected an object")
+            for name, counts in names.items():
+                field = f"{where}.slices.{key}[{name!r}]"
+                try:
+                    total = _count(counts[unit], f"{field}.{unit}")
+                    misuse = _count(counts["misuse"]["count"], f"{field}.misuse.count")
+                except (KeyError, TypeError) as error:
+                    raise ValueError(f"{field}: missing or malformed field ({error!r})") from None
+                before = merged.get(name, (0, 0))
+                merged[name] = (before[0] + total, before[1] + misuse)
+    return pooled
 
 
 def _pool(document: Any, label: str) -> dict:
@@ -317,7 +365,7 @@ def _judge(new: _Pooled, old: _Pooled, thresholds: Thresholds) -> dict:
     bounds = thresholds.misuse_rate
     interval = newcombe_interval(new.misuse, new.scored, old.misuse, old.scored)
     paired = _paired(new, old)
-    entry = {
+    entry: dict[str, Any] = {
         "new": new.summary(),
         "old": old.summary(),
         "difference": None if interval is None else new.misuse / new.scored - old.misuse / old.scored,
@@ -345,7 +393,15 @@ def _judge(new: _Pooled, old: _Pooled, thresholds: Thresholds) -> dict:
     ]
     if short:
         return {**entry, "verdict": INSUFFICIENT_DATA, "reasons": reasons + short}
-    entry["rise_p_value"] = rise_p_value(new.misuse, new.scored, old.misuse, old.scored)
+    # The test is chosen by the design, never by the outcomes: paired when the two runs pair up
+    # completely (every scored trajectory on a task both runs scored once), so each task's outcome
+    # is one trajectory's and nothing is left out; Fisher's on the two rates otherwise.
+    if paired is not None and paired["tasks"] == new.scored == old.scored:
+        entry["rise_test"] = "mcnemar"
+        entry["rise_p_value"] = paired_rise_p_value(paired["discordant_new_only"], paired["discordant_old_only"])
+    else:
+        entry["rise_test"] = "fisher"
+        entry["rise_p_value"] = rise_p_value(new.misuse, new.scored, old.misuse, old.scored)
 
     old_rate = Fraction(old.misuse, old.scored)
     rise = Fraction(new.misuse, new.scored) - old_rate
@@ -370,21 +426,19 @@ def _control(entries: list, thresholds: Thresholds) -> None:
     the corrected test does not confirm becomes WATCH. Every judged agent
     (past the bounds or not) is in the family, so the level holds whatever
     the bounds select."""
-    bounds = thresholds.misuse_rate
     judged = {index: entry["rise_p_value"] for index, entry in enumerate(entries) if entry["rise_p_value"] is not None}
     confirmed = holm(judged, thresholds.false_alarm_level)
     for index, entry in enumerate(entries):
         if entry["verdict"] != REGRESSION:
             continue
-        test = (f"one-sided exact p = {entry['rise_p_value']:.3g}, Holm over {len(judged)} agent(s) at "
+        test = (f"one-sided exact {'McNemar' if entry['rise_test'] == 'mcnemar' else 'Fisher'} "
+                f"p = {entry['rise_p_value']:.3g}, Holm over {len(judged)} agent(s) at "
                 f"{thresholds.false_alarm_level}: ")
         if index in confirmed:
             entry["reasons"].append(test + "significant")
-        elif bounds.require_significance:
+        else:
             entry["verdict"] = WATCH
             entry["reasons"].append(test + "not significant, watched, not alerted")
-        else:
-            entry["reasons"].append(test + "not significant (require_significance is off: alerted on the bounds)")
 
 
 # The rules a run was scored under: a rate compares with another's only when all three are equal.
@@ -475,8 +529,17 @@ def compare_metrics(
         else:
             entry = _judge(new_agents[agent], old_agents[agent], thresholds)
         entries.append({"agent": agent, "new": None, "old": None, "difference": None, "ci95": None,
-                        "paired_tasks": None, "rise_p_value": None, **entry})
+                        "paired_tasks": None, "rise_test": None, "rise_p_value": None, "drivers": None,
+                        **entry})
     _control(entries, thresholds)
+    # Only the agents alerted or watched: their slices are pooled, the others' left unread.
+    driven = {entry["agent"] for entry in entries if entry["verdict"] in (REGRESSION, WATCH)}
+    new_slices, old_slices = _pool_slices(new, "new", driven), _pool_slices(old, "old", driven)
+    for entry in entries:
+        if entry["agent"] in driven:
+            agent = entry["agent"]
+            entry["drivers"] = d.drivers(new_slices[agent], old_slices[agent],
+                                         (new_agents[agent].scored, old_agents[agent].scored))
     regressions = [entry["agent"] for entry in entries if entry["verdict"] == REGRESSION]
     return {
         **document,

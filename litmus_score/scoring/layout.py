@@ -44,7 +44,11 @@ DUPLICATE = "duplicate"
 INCOMPLETE = "incomplete"
 UNRESOLVED = "unresolved"
 FAILED = "failed"
-# `score --input_format` imports the logs into this folder of the run first.
+# An import's entries of its logs that became no trajectory (an import's own
+# folder, or a run that imported its logs itself).
+UNMAPPED_DIR = "unmapped"
+# Where `score --input_format` kept its import before it imported and scored
+# in one job: a run's folder written then holds it, and --replace deletes it.
 IMPORTED_DIR = "imported"
 # Bundles write here before the finishing step moves their files into place.
 TEMP_PREFIX = ".temp-"

@@ -12,6 +12,7 @@ time (`add_trajectory`, the reference) or from Arrow batches
     tasks            task_id -> the same
     validity         tool -> the counts of litmus_score.scoring.validity (audited calls)
     harness          harness verdict -> agreement counts (transforms.harness), where inputs carry one
+    flagged_by_rule  what decided the verdict that made a call misuse (misuse_decided_by) -> calls
 
 A run's statistics map each (run_id, agent) to its group's, INPUTS to the
 input accounting (files, unreadable_files, rows_declared, rows_read), and
@@ -85,6 +86,7 @@ def new_group() -> dict:
         "task_categories": {},
         "tasks": {},
         "validity": {},
+        "flagged_by_rule": {},
     }
 
 
@@ -165,6 +167,15 @@ def tool_stats(n: int, y: int) -> dict:
     return {"calls": n, "misuse": y, "sum_yy": y * y, "sum_nn": n * n, "sum_yn": y * n, "trajectories": 1}
 
 
+def misuse_decided_by(score) -> str:
+    """What decided the verdict that made a call (a CallScore) misuse: the commit
+    verdict's decider, the proposal's in proposal mode (its flag is the proposal's
+    deny); FROM_POLICY for a bare callable policy, which names nothing."""
+    at_proposal = score.resolution_context == c.RESOLVED_AT_PROPOSAL
+    decided_by = score.proposal_decided_by if at_proposal else score.commit_decided_by
+    return c.FROM_POLICY if decided_by is None else decided_by
+
+
 def add_trajectory(groups: dict, row: Mapping, score) -> dict:
     """Adds one trajectory (a row and its TrajectoryScore) to per-group statistics."""
     stats = groups.setdefault((row.get("run_id"), row.get("agent")), new_group())
@@ -199,6 +210,8 @@ def add_trajectory(groups: dict, row: Mapping, score) -> dict:
         tool["n"] += 1
         tool["y"] += s.category in c.MISUSE_CATEGORIES
         merge(tool["by_category"], {s.category: 1})
+        if s.category in c.MISUSE_CATEGORIES:
+            merge(stats["flagged_by_rule"], {misuse_decided_by(s): 1})
     for name, tool in per_tool.items():
         merge(stats["tools"], {name: {**tool_stats(tool["n"], tool["y"]), "by_category": tool["by_category"]}})
     verdicts = {"trajectories": 1, "misuse": int(misuse), "legacy_misuse": int(legacy)}
@@ -285,6 +298,7 @@ def group_document(stats: Mapping, mode: str, with_tasks: bool = True) -> dict:
             "rate": hallucinations / refused if refused else None,
         },
         "policy_disagreements": counts["policy_disagreements"],
+        "flagged_by_rule": dict(sorted(stats["flagged_by_rule"].items())),
         "adjudication_gap": [
             {"proposal_verdict": p, "commit_verdict": cv, "state_mutated": m, "calls": n}
             for (p, cv, m), n in gap

@@ -71,6 +71,9 @@ class Verdict:
     source: str | None = None  # recorded or policy
     disputed: bool = False  # recorded, and the policy says otherwise
     decided_by: str | None = None  # recorded, or the policy's rule id / check (contract.DECIDERS)
+    # Where disputed: the policy's own verdict and what decided it.
+    policy_ruling: str | None = None
+    policy_decided_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,11 @@ class CallScore:
     policy_disagreement: bool
     proposal_decided_by: str | None = None
     commit_decided_by: str | None = None
+    # Where the policy disagrees with a recorded verdict: its own verdict and what decided it.
+    proposal_policy_ruling: str | None = None
+    proposal_policy_decided_by: str | None = None
+    commit_policy_ruling: str | None = None
+    commit_policy_decided_by: str | None = None
 
 
 def _reject_constant(name):
@@ -160,7 +168,9 @@ def resolve_verdict(context: CallContext, tool: str, arguments: dict | None, pol
         return Verdict(ruling, c.FROM_POLICY, decided_by=rule) if ruling else Verdict(None)
     if recorded not in c.VERDICTS:
         return Verdict(None)
-    return Verdict(recorded, c.RECORDED, ruling is not None and ruling != recorded, c.RECORDED)
+    if ruling is None or ruling == recorded:
+        return Verdict(recorded, c.RECORDED, False, c.RECORDED)
+    return Verdict(recorded, c.RECORDED, True, c.RECORDED, ruling, rule)
 
 
 def _decide(policy: Policy, tool: str, arguments: dict, principal: str) -> tuple[str | None, str | None]:
@@ -223,6 +233,8 @@ def score_tool_call(call: ToolCall, mode: str = c.COMMIT, policy: Policy | None 
             proposal.disputed,
             proposal.decided_by,
             c.RECORDED if recorded is not None else None,
+            proposal.policy_ruling,
+            proposal.policy_decided_by,
         )
 
     commit = call.commit
@@ -273,4 +285,8 @@ def score_tool_call(call: ToolCall, mode: str = c.COMMIT, policy: Policy | None 
         proposal.disputed or committed.disputed,
         proposal.decided_by,
         committed.decided_by,
+        proposal.policy_ruling,
+        proposal.policy_decided_by,
+        committed.policy_ruling,
+        committed.policy_decided_by,
     )

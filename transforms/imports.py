@@ -1,156 +1,49 @@
-"""The import job: log files in, contract shards, unmapped entries and a manifest out.
+"""The import stages: log files in, contract trajectories, unmapped entries and reports out.
 
-    Log files -> Spread logs -> Import log --> trajectories/*.parquet
-                                   |---------> unmapped/*.parquet
+    Log files -> Spread logs -> Import log --> trajectories (pa.Tables)
+                                   |---------> unmapped entries
                                    +---------> file reports --> import-manifest.json
 
 One log file is one unit of work. A file the format's library cannot read
 (corrupt, truncated, foreign) fails alone: its report names the error, and
-the other files are imported.
+the other files are imported. The mapping itself is the format's module in
+litmus_score.importers; the accounting is litmus_score.importers.manifest.
+
+`import` writes the trajectories as shards (ImportLogs, WriteImport);
+`score --input_format` hands them to the scoring stages of the same job
+as the read stage's batches instead (ImportToScore), with no file between.
 """
 
 from __future__ import annotations
 
-import contextlib
-import glob
-import importlib
 import logging
-import os
-import shutil
-import stat
-import tempfile
 import uuid
-from collections import Counter
 from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
-from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
+from litmus_score.importers import importer
 from litmus_score.importers import rows as r
-from litmus_score.scoring.layout import IMPORT_MANIFEST_FILE, SHARD_KIND
+from litmus_score.importers.manifest import count_trajectory, count_unmapped, manifest_document, new_report
+from litmus_score.scoring.layout import IMPORT_MANIFEST_FILE, SHARD_KIND, TRAJECTORIES_DIR, UNMAPPED_DIR
+from litmus_score.scoring.trajectory import DEFAULT_BOUNDS
 from transforms import (
     NAMESPACE,
     coders,  # noqa: F401  (registers the Arrow element coders)
 )
+from transforms.conform import conform_batch
+from transforms.elements import Tag
 from transforms.files import to_json, write_text
+from transforms.logfiles import SkippedLog, local_copy, match_logs, not_a_file
 from transforms.write import FileSet, WriteBundleFn, commit_files
 
-FORMATS = ("inspect", "agentdojo", "otel", "scout")
-TRAJECTORIES_DIR = "trajectories"
-UNMAPPED_DIR = "unmapped"
 UNMAPPED_TAG, REPORTS_TAG = "unmapped", "reports"
 # Trajectories per emitted table: small enough that a file's rows never pile
 # up in memory, large enough that Parquet row groups are not slivers.
 CHUNK_ROWS = 512
-
-
-def importer(log_format: str):
-    """The format's module (litmus_score.importers.inspect, ...); ValueError for an unknown format."""
-    if log_format not in FORMATS:
-        raise ValueError(f"unknown log format {log_format!r}; expected one of {', '.join(FORMATS)}")
-    return importlib.import_module(f"litmus_score.importers.{log_format}")
-
-
-class NoMatchingLogs(ValueError):
-    """A LOGS argument that matches no log file."""
-
-
-class SkippedLog(OSError):
-    """A matched path that is not opened (not_a_file says why)."""
-
-
-def _match(pattern: str) -> list:
-    try:
-        return [m.path for m in FileSystems.match([pattern])[0].metadata_list]
-    except BeamIOError:
-        return []
-
-
-def _is_local(path: str) -> bool:
-    return FileSystems.get_scheme(path) is None
-
-
-def _local_folder(folder: str, suffixes) -> list:
-    """The paths under a local folder, at any depth, whose names end in one
-    of `suffixes`, hidden names left out (as a glob leaves them). Linked
-    folders are followed once each, so a link looping back ends there; a
-    broken or looping link with a log's name is listed, for the import to
-    name it."""
-    found, seen = [], set()
-    for top, folders, files in os.walk(folder, followlinks=True):
-        seen.add(os.path.realpath(top))
-        folders[:] = sorted(name for name in folders if not name.startswith(".")
-                            and os.path.realpath(os.path.join(top, name)) not in seen)
-        found += [os.path.join(top, name) for name in sorted(files)
-                  if name.endswith(suffixes) and not name.startswith(".")]
-    return found
-
-
-def _local_logs(pattern: str, suffixes) -> list:
-    """Every path a local pattern names, folders expanded, including the
-    broken links and special files Beam's match skips or opens blindly."""
-    if glob.has_magic(pattern):
-        named = sorted(glob.glob(pattern, recursive="**" in pattern))
-    else:
-        named = [pattern] if os.path.lexists(pattern) else []
-    return [log for path in named
-            for log in (_local_folder(path, suffixes) if os.path.isdir(path) else [path])]
-
-
-def _remote_logs(pattern: str, suffixes) -> list:
-    matched = [] if pattern.endswith("/") else _match(pattern)
-    if not matched:
-        folder = pattern.rstrip("/")
-        matched = [path for path in _match(FileSystems.join(folder, "**")) if path.endswith(suffixes)]
-    return matched
-
-
-def match_logs(patterns, suffixes) -> list:
-    """The sorted, distinct files the patterns match. A folder stands for the
-    files under it, at any depth, whose names end in one of `suffixes`.
-    Local paths that are no regular file (a pipe, a broken or looping link)
-    are kept: ImportLogFn names them and does not open them."""
-    files = set()
-    for pattern in patterns:
-        matched = _local_logs(pattern, suffixes) if _is_local(pattern) else _remote_logs(pattern, suffixes)
-        if not matched:
-            raise NoMatchingLogs(f"no log file matches {pattern!r}")
-        files.update(matched)
-    return sorted(files)
-
-
-def not_a_file(path: str) -> str | None:
-    """Why a local path is not opened (None: it is a regular file, or not
-    local): a pipe or device would hang or never end, a link may lead
-    nowhere. Decided by stat alone, without opening it."""
-    if not _is_local(path):
-        return None
-    try:
-        mode = os.stat(path).st_mode
-    except OSError as error:
-        kind = "a broken or looping link" if os.path.islink(path) else "cannot be read"
-        return f"skipped: {kind} ({error.strerror or error})"
-    if not stat.S_ISREG(mode):
-        return "skipped: not a regular file (a pipe, socket or device); not opened"
-    return None
-
-
-@contextlib.contextmanager
-def local_copy(path: str):
-    """A local path for `path`: itself when local, else a temporary copy (the
-    formats' libraries open paths, not Beam's file objects)."""
-    if FileSystems.get_scheme(path) is None:
-        yield path
-        return
-    suffix = os.path.splitext(path)[1]
-    with tempfile.NamedTemporaryFile(suffix=suffix) as copy:
-        with FileSystems.open(path, compression_type="uncompressed") as source:
-            shutil.copyfileobj(source, copy, 1 << 20)
-        copy.flush()
-        yield copy.name
 
 
 @beam.typehints.with_input_types(str)
@@ -173,7 +66,7 @@ class ImportLogFn(beam.DoFn):
 
     def process(self, path: str):
         report = new_report(path)
-        rows, misses = [], []
+        rows, misses, first_row = [], [], 0
         skipped = not_a_file(path)
         try:
             if skipped:
@@ -192,7 +85,8 @@ class ImportLogFn(beam.DoFn):
                         count_trajectory(report, item)
                         rows.append(item.row)
                     if len(rows) >= CHUNK_ROWS:
-                        yield pa.Table.from_pylist(rows, schema=self._schema)
+                        yield from self.trajectories_out(path, first_row, pa.Table.from_pylist(rows, self._schema))
+                        first_row += len(rows)
                         rows = []
         except Exception as error:
             # A foreign or damaged file makes a format's library raise
@@ -203,7 +97,7 @@ class ImportLogFn(beam.DoFn):
             report["error"] = r.bounded(str(error) if skipped else f"{type(error).__name__}: {error}")
             report["skipped"] = bool(skipped)
         if rows:
-            yield pa.Table.from_pylist(rows, schema=self._schema)
+            yield from self.trajectories_out(path, first_row, pa.Table.from_pylist(rows, self._schema))
         if misses:
             yield beam.pvalue.TaggedOutput(UNMAPPED_TAG, pa.Table.from_pylist(misses, schema=r.UNMAPPED))
         self._files.inc()
@@ -212,44 +106,49 @@ class ImportLogFn(beam.DoFn):
         report["unmapped_by_reason"] = dict(sorted(report["unmapped_by_reason"].items()))
         report["principal_attribute"] = {context: dict(sorted(used.items()))
                                          for context, used in report["principal_attribute"].items()}
+        yield from self.report_out(report)
+
+    def trajectories_out(self, path: str, first_row: int, table: pa.Table):
+        """What leaves for a table of a file's trajectories, the first of them its `first_row`-th."""
+        yield table
+
+    def report_out(self, report: dict):
+        """What leaves for a file's report, once its trajectories have."""
         yield beam.pvalue.TaggedOutput(REPORTS_TAG, report)
 
 
-def new_report(path: str) -> dict:
-    """A file's report: what it held, what became of it, and its fault.
+@beam.typehints.with_input_types(str)
+class ImportToScoreFn(ImportLogFn):
+    """A log file -> its trajectories as the read stage's batches
+    (transforms.read), for the scoring stages: conformed, each row's
+    provenance the log and the trajectory's position among the log's; and,
+    beside its import report, the log's report as an input of the run (a
+    shard's report, its rows the trajectories imported)."""
 
-    units: trajectories plus unmapped units (units_declared: what the file
-    lists, where it does). calls: the calls the trajectories hold;
-    calls_unmapped: the calls the log shows that they lack (each counted in
-    its trajectory's call_count, where it has one). not_imported: the units
-    and calls no trajectory accounts for. skipped: the path was never opened
-    (a pipe, a broken or looping link); its error says why.
-    """
-    return {"file": path, "units": 0, "units_declared": None, "trajectories": 0, "calls": 0, "calls_unmapped": 0,
-            "unmapped": 0, "unmapped_by_reason": Counter(), "not_imported": {"units": 0, "calls": 0},
-            "principal_source": {context: {r.FROM_LOG: 0, r.FROM_DEFAULT: 0} for context in (r.PROPOSAL, r.COMMIT)},
-            "principal_attribute": {context: Counter() for context in (r.PROPOSAL, r.COMMIT)},
-            "facts": {}, "error": None, "skipped": False}
+    def __init__(self, log_format: str, principal: str, options=None,
+                 max_text_bytes: int = DEFAULT_BOUNDS.max_text_bytes):
+        super().__init__(log_format, principal, options)
+        self._max_text_bytes = max_text_bytes
 
+    def process(self, path: str):
+        self._issues: list = []
+        yield from super().process(path)
 
-def count_unmapped(report: dict, item: r.Unmapped) -> None:
-    report["units"] += item.unit
-    report["unmapped"] += 1
-    report["unmapped_by_reason"][item.reason] += 1
-    report["calls_unmapped"] += item.call
-    report["not_imported"]["units"] += item.unit
-    report["not_imported"]["calls"] += item.call and item.trajectory_id is None
+    def trajectories_out(self, path: str, first_row: int, table: pa.Table):
+        for batch in table.to_batches():
+            conformed, issues = conform_batch(batch, path, first_row, self._max_text_bytes)
+            self._issues += [issue for issue in issues if issue not in self._issues]
+            first_row += batch.num_rows
+            yield conformed
 
-
-def count_trajectory(report: dict, item: r.Trajectory) -> None:
-    report["units"] += 1
-    report["trajectories"] += 1
-    report["calls"] += len(item.row["calls"])
-    for context, sources in item.principal_sources().items():
-        for source, n in sources.items():
-            report["principal_source"][context][source] += n
-    for context, used in item.principal_attributes.items():
-        report["principal_attribute"][context].update(used)
+    def report_out(self, report: dict):
+        yield from super().report_out(report)
+        # The keys of a shard's report (transforms.read.new_report), its rows the trajectories
+        # imported: what of the log became none, and why, its import report counts.
+        yield beam.pvalue.TaggedOutput(Tag.SHARD_REPORTS, {
+            "file": report["file"], "aliases": [], "copies": [], "rows_declared": report["trajectories"],
+            "rows_read": report["trajectories"], "row_groups": None, "row_groups_unreadable": [],
+            "issues": self._issues, "error": report["error"]})
 
 
 class ImportLogs(beam.PTransform):
@@ -298,12 +197,15 @@ class ImportLogs(beam.PTransform):
         self.files = match_logs(list(patterns), module.SUFFIXES)
         self.schema = r.shard_schema(module.EXTRA_FIELDS)
 
+    def logs(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection[str]:
+        """The matched log files, spread over the workers: one log file is one unit of work."""
+        return (pbegin
+                | "Log files" >> beam.Create(self.files, reshuffle=False)
+                | "Spread logs" >> beam.Reshuffle())
+
     def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
         imported = (
-            pbegin
-            | "Log files" >> beam.Create(self.files, reshuffle=False)
-            # One log file is one unit of work, spread over the workers.
-            | "Spread logs" >> beam.Reshuffle()
+            self.logs(pbegin)
             | "Import log"
             >> beam.ParDo(ImportLogFn(self._format, self._principal, self._options))
             .with_output_types(pa.Table, **{UNMAPPED_TAG: pa.Table, REPORTS_TAG: dict})
@@ -313,41 +215,27 @@ class ImportLogs(beam.PTransform):
                 REPORTS_TAG: imported[REPORTS_TAG]}
 
 
-def manifest_document(reports, header: dict, outputs=()) -> dict:
-    """import-manifest.json: the header, every file's report and the totals."""
-    files = sorted(reports, key=lambda report: report["file"])
-    by_reason: Counter[str] = Counter()
-    for report in files:
-        by_reason.update(report["unmapped_by_reason"])
-    totals = {key: sum(report[key] for report in files)
-              for key in ("units", "trajectories", "calls", "calls_unmapped", "unmapped")}
-    totals["not_imported"] = {
-        kind: sum(report["not_imported"][kind] for report in files) for kind in ("units", "calls")}
-    # Which calls took their principal from the log, which the default: proposals and commits apart.
-    sources = {context: {source: sum(report["principal_source"][context][source] for report in files)
-                         for source in (r.FROM_LOG, r.FROM_DEFAULT)} for context in (r.PROPOSAL, r.COMMIT)}
-    principal = {**header.get("principal", {}), "source": sources}
-    if "identity_attributes" in principal:
-        # Which of the attributes tried named them, where the format reads several (OTel).
-        principal["attribute"] = {
-            context: dict(sorted(sum((Counter(report["principal_attribute"][context]) for report in files),
-                                     Counter()).items())) for context in (r.PROPOSAL, r.COMMIT)}
-    return {
-        **header,
-        "principal": principal,
-        "files": files,
-        "failed_files": [report["file"] for report in files if report["error"]],
-        "totals": {"files": len(files), "files_skipped": sum(report["skipped"] for report in files), **totals,
-                   "unmapped_by_reason": dict(sorted(by_reason.items()))},
-        "outputs": sorted(outputs, key=lambda entry: entry["path"]),
-    }
+class ImportToScore(ImportLogs):
+    """ImportLogs whose trajectories go on to the scoring stages of the same
+    job, no file between them: a dict of `batches` (the read stage's
+    RecordBatches, ImportToScoreFn), Tag.SHARD_REPORTS (one per log, as a
+    shard's), `unmapped` and `reports` (ImportLogs'). `max_text_bytes` is
+    the read stage's bound on one text."""
 
+    def __init__(self, *args, max_text_bytes: int = DEFAULT_BOUNDS.max_text_bytes, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._max_text_bytes = max_text_bytes
 
-def incomplete(manifest: dict) -> bool:
-    """Whether some input was not imported: a file that failed, or a unit or
-    call that no trajectory accounts for (a lost call a trajectory does
-    account for unscores it instead)."""
-    return bool(manifest["failed_files"]) or any(manifest["totals"]["not_imported"].values())
+    def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
+        imported = (
+            self.logs(pbegin)
+            | "Import log"
+            >> beam.ParDo(ImportToScoreFn(self._format, self._principal, self._options, self._max_text_bytes))
+            .with_output_types(pa.RecordBatch, **{UNMAPPED_TAG: pa.Table, REPORTS_TAG: dict,
+                                                  Tag.SHARD_REPORTS: dict})
+            .with_outputs(UNMAPPED_TAG, REPORTS_TAG, Tag.SHARD_REPORTS, main="batches")
+        )
+        return {name: imported[name] for name in ("batches", UNMAPPED_TAG, REPORTS_TAG, Tag.SHARD_REPORTS)}
 
 
 _REPORT, _WRITTEN = "report", "written"
