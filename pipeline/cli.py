@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import os
 import shutil
 import signal
 import sys
@@ -21,6 +20,7 @@ from typing import NamedTuple
 
 from litmus_score import text
 from litmus_score.exits import Exit, Terminated, of_stop, stop_name
+from pipeline.supervise import supervise, supervised
 
 DEMO_MARKER = ".litmus-demo"
 DEMO_OUTPUT = "litmus-demo"
@@ -230,8 +230,8 @@ def _raise_terminated(signum, frame):
 def _signals_as_exceptions():
     """SIGTERM raises Terminated in the main thread while a command runs, as
     SIGINT raises KeyboardInterrupt: the command releases its lock and says
-    what it stopped."""
-    if threading.current_thread() is not threading.main_thread():
+    what it stopped. (A supervised child stops at once instead: pipeline.supervise.)"""
+    if threading.current_thread() is not threading.main_thread() or supervised():
         yield
         return
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
@@ -287,15 +287,9 @@ def main(argv=None) -> int:
 
 
 def entry_point(argv=None) -> None:
-    """`litmus-score`, `python -m pipeline` and the deploy/ entry points: main(),
-    and after a signal an immediate exit, so that the stopped pipeline's worker
-    threads cannot keep the process alive."""
-    code = main(argv)
-    if code in (Exit.INTERRUPTED, Exit.TERMINATED):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
+    """`litmus-score`, `python -m pipeline` and the deploy/ entry points: main()
+    in a child process this one supervises (pipeline.supervise)."""
+    sys.exit(supervise(lambda: main(argv)))
 
 
 if __name__ == "__main__":
