@@ -253,6 +253,19 @@ class _NotActionable(logging.Filter):
 _NOT_ACTIONABLE = _NotActionable()
 
 
+class _SaidOnce(logging.Filter):
+    """A bundle that failed is logged by Beam where it failed, with its
+    traceback, once per step it passed through; the command says what
+    failed in one line (pipeline.job.execute)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno >= logging.ERROR
+                    and record.name in ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker"))
+
+
+_SAID_ONCE = _SaidOnce()
+
+
 def _log_escaped() -> None:
     """Log records (Beam's, and the stages' warnings naming shard files) reach
     stderr through the printable-text path, in the format of Python's default
@@ -266,6 +279,7 @@ def _log_escaped() -> None:
     for handler in terminal:
         handler.setFormatter(text.EscapingFormatter(logging.BASIC_FORMAT))
         handler.addFilter(_NOT_ACTIONABLE)
+        handler.addFilter(_SAID_ONCE)
 
 
 def main(argv=None) -> int:
