@@ -4,15 +4,16 @@ with a documented exit code, and leaves no lock behind.
 
     launcher  forks before any work and waits. It passes SIGTERM and SIGINT
               on to the child; a child that has not ended STOP_GRACE_S after
-              is killed. A child that ends by a signal (a stop, or a crash
-              such as a segfault in compiled code) leaves its locks to the
-              launcher, which deletes those that still name the child and
-              names the folders that were not published.
-    child     runs the command. A stop signal ends it at once, wherever it
-              is: a run stopped mid-bundle is not unwound, since Beam's
-              cleanup can wait forever on a worker that stopped (the main
-              thread in Thread.join, the worker on its control stream). It
-              notes each lock before it takes it, and dies with its launcher.
+              is killed. A child that was stopped or died of a signal (a
+              crash such as a segfault in compiled code) leaves its locks to
+              the launcher, which deletes those that still name the child
+              and says in one line which folders were not published.
+    child     runs the command. A stop signal ends it at once (128 + the
+              signal), wherever it is: a run stopped mid-bundle is not
+              unwound, since Beam's cleanup can wait forever on a worker
+              that stopped (the main thread in Thread.join, the worker on its
+              control stream). It notes each lock before it takes it, and
+              dies with its launcher.
 
 The output a stopped run leaves is an attempt that did not finish, as after
 any crash: a later run replaces it (--replace, or `nightly` for its night).
@@ -104,9 +105,11 @@ def _die_with(launcher: int) -> None:
 
 
 def _stop_now(signum, frame) -> None:
-    _say(STOPS[signum], _release_locks(os.getpid()))
-    _flush()
-    os._exit(of_signal(signum))
+    # Nothing else here: the main thread may be anywhere, holding any lock (stderr's, the import lock).
+    try:
+        _flush()
+    finally:
+        os._exit(of_signal(signum))
 
 
 def _flush() -> None:
@@ -120,7 +123,9 @@ def _release_locks(pid: int) -> list:
     the folders they were in that hold no finished run."""
     assert _notes_fd is not None
     noted = os.pread(_notes_fd, os.fstat(_notes_fd).st_size, 0).decode("utf-8")
-    paths = dict.fromkeys(json.loads(line) for line in noted.splitlines())
+    # A local lock already gone (released by the child) needs no look through Beam.
+    paths = [path for path in dict.fromkeys(json.loads(line) for line in noted.splitlines())
+             if "://" in path or os.path.lexists(path)]
     if not paths:
         return []
     # Beam's import: only after a run that took a lock.
@@ -147,22 +152,26 @@ class _Launcher:
         self.ended = False
 
     def wait(self) -> int:
-        for signum in STOPS:
-            signal.signal(signum, self._pass_on)
+        for stop in STOPS:
+            signal.signal(stop, self._pass_on)
         signal.signal(signal.SIGALRM, self._kill)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
         _, status = os.waitpid(self.child, 0)
         self.ended = True
         signal.alarm(0)
         code = os.waitstatus_to_exitcode(status)
-        if code >= 0 and not self.killed:
-            return code  # the command ended as it does, or stopped: it said so, its locks released
+        signum: int | None = -code if code < 0 else None  # it died of a signal
+        if code - of_signal(0) in STOPS:  # it stopped itself, told to
+            signum = code - of_signal(0)
+        if signum is None and not self.killed:
+            return code  # the command ended as it does: it said how, its locks released
         folders = _release_locks(self.child)
         if self.killed and self.stop is not None:
             _say(STOPS[self.stop], folders, f" (the run did not stop within {STOP_GRACE_S} s and was killed)")
             return of_signal(self.stop)
-        _say(f"the run died (killed by {signal.Signals(-code).name})", folders)
-        return of_signal(-code)
+        assert signum is not None
+        _say(STOPS.get(signum) or f"the run died (killed by {signal.Signals(signum).name})", folders)
+        return of_signal(signum)
 
     def _pass_on(self, signum, frame) -> None:
         if self.ended:
