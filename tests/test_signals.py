@@ -40,6 +40,22 @@ from pipeline.cli import entry_point
 entry_point()
 """
 
+# Runs the launcher with a child deaf to stops once it has claimed its folder, as a child hung in Beam's
+# cleanup is (the main thread in Thread.join); it touches the file ARGV[1] when it is.
+DEAF = """
+import pathlib, signal, sys, time
+import pipeline.job as job
+deaf = pathlib.Path(sys.argv[1])
+def execute_deaf(*args, **kwargs):
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    deaf.touch()
+    time.sleep(600)
+job.execute = execute_deaf
+sys.argv = ["litmus-score", *sys.argv[2:]]
+from pipeline.cli import entry_point
+entry_point()
+"""
+
 
 @pytest.fixture(scope="module")
 def small_shards(tmp_path_factory):
@@ -151,3 +167,20 @@ def test_a_crash_in_a_worker_thread_is_said_in_one_line_and_leaves_no_lock(small
     assert our_lines(stderr) == [f"litmus-score: the run died (killed by SIGSEGV): {output} was not published"]
     assert left_for_a_later_run(output) is None
     assert main(score_argv(small_shards, output, "--replace")) == Exit.OK
+
+
+def test_a_child_that_does_not_stop_is_killed_after_its_grace_and_said_so(small_shards, tmp_path, request):
+    output, deaf = tmp_path / "out", tmp_path / "deaf"
+    run = launch(str(deaf), *score_argv(small_shards, output), script=DEAF)
+    request.addfinalizer(run.kill)
+    give_up = time.monotonic() + 300  # a guard against a run that never gets there
+    while not deaf.exists():
+        assert run.poll() is None and time.monotonic() < give_up, "the child never claimed its folder"
+        time.sleep(0.05)
+    run.send_signal(signal.SIGTERM)
+    # Was: never ends (the probe's hang: 2 runs in 30), its folder locked.
+    _, stderr = run.communicate(timeout=STOP_BOUND_S)
+    assert run.returncode == Exit.TERMINATED
+    assert our_lines(stderr) == [f"litmus-score: terminated (SIGTERM): {output} was not published "
+                                 f"(the run did not stop within {STOP_GRACE_S} s and was killed)"]
+    assert left_for_a_later_run(output) is None
