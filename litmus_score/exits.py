@@ -25,11 +25,19 @@ class Exit(enum.IntEnum):
     # Interrupted (SIGINT, Ctrl-C) or terminated (SIGTERM): 128 + the signal's number, as shells report it.
     INTERRUPTED = 130
     TERMINATED = 143
+    # The run died of another signal (a crash: SIGSEGV in compiled code); any such signal N exits 128 + N,
+    # as shells report it (134 SIGABRT, 137 SIGKILL from the OOM killer), and this is SIGSEGV's.
+    DIED = 139
 
 
 class Terminated(BaseException):
     """SIGTERM, raised in the launcher's main thread (as SIGINT raises
     KeyboardInterrupt) so that the lock is released and nothing half done is published."""
+
+
+def of_signal(signum: int) -> int:
+    """The exit code of a run that a signal ended (a stop, or a death): 128 + its number."""
+    return 128 + signum
 
 
 def of_stop(stop: BaseException) -> Exit:

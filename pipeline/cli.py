@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import os
 import shutil
 import signal
 import sys
@@ -21,6 +20,7 @@ from typing import NamedTuple
 
 from litmus_score import text
 from litmus_score.exits import Exit, Terminated, of_stop, stop_name
+from pipeline.supervise import supervise, supervised
 
 DEMO_MARKER = ".litmus-demo"
 DEMO_OUTPUT = "litmus-demo"
@@ -237,8 +237,8 @@ def _raise_terminated(signum, frame):
 def _signals_as_exceptions():
     """SIGTERM raises Terminated in the main thread while a command runs, as
     SIGINT raises KeyboardInterrupt: the command releases its lock and says
-    what it stopped."""
-    if threading.current_thread() is not threading.main_thread():
+    what it stopped. (A supervised child stops at once instead: pipeline.supervise.)"""
+    if threading.current_thread() is not threading.main_thread() or supervised():
         yield
         return
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
@@ -260,6 +260,19 @@ class _NotActionable(logging.Filter):
 _NOT_ACTIONABLE = _NotActionable()
 
 
+class _SaidOnce(logging.Filter):
+    """A bundle that failed is logged by Beam where it failed, with its
+    traceback, once per step it passed through; the command says what
+    failed in one line (pipeline.job.execute)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno >= logging.ERROR
+                    and record.name in ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker"))
+
+
+_SAID_ONCE = _SaidOnce()
+
+
 def _log_escaped() -> None:
     """Log records (Beam's, and the stages' warnings naming shard files) reach
     stderr through the printable-text path, in the format of Python's default
@@ -273,6 +286,7 @@ def _log_escaped() -> None:
     for handler in terminal:
         handler.setFormatter(text.EscapingFormatter(logging.BASIC_FORMAT))
         handler.addFilter(_NOT_ACTIONABLE)
+        handler.addFilter(_SAID_ONCE)
 
 
 def main(argv=None) -> int:
@@ -294,15 +308,9 @@ def main(argv=None) -> int:
 
 
 def entry_point(argv=None) -> None:
-    """`litmus-score`, `python -m pipeline` and the deploy/ entry points: main(),
-    and after a signal an immediate exit, so that the stopped pipeline's worker
-    threads cannot keep the process alive."""
-    code = main(argv)
-    if code in (Exit.INTERRUPTED, Exit.TERMINATED):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
+    """`litmus-score`, `python -m pipeline` and the deploy/ entry points: main()
+    in a child process this one supervises (pipeline.supervise)."""
+    sys.exit(supervise(lambda: main(argv)))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,12 @@ publishes itself as its last step (PublishStep).
 from __future__ import annotations
 
 import contextlib
+import errno
+import io
 import json
+import os
+import re
+import sys
 from importlib import metadata
 
 import apache_beam as beam
@@ -231,13 +236,54 @@ def comparison_manifest(new: publish.Run, old: publish.Run) -> dict:
 
 def one_line(error: BaseException) -> str:
     """An exception as one line: its type and the first line of its message
-    (a worker's error reaches the launcher with the worker's traceback appended)."""
-    first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
-    return f"{type(error).__name__}: {first}" if first else type(error).__name__
+    (a worker's error reaches the launcher with the worker's traceback
+    appended), or, for a message that is a worker's traceback, its last error."""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    if lines and lines[0].startswith("Traceback (most recent call last):"):
+        lines = [line for line in lines if not line[0].isspace()][-1:]
+    return f"{type(error).__name__}: {lines[0].strip()}" if lines else type(error).__name__
+
+
+# A worker's error that says the disk is full: its errno, as the worker's OSError printed it.
+_DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_ERRNO = re.compile(r"\[Errno (\d+)\]")
+
+
+def disk_full(error: BaseException) -> str | None:
+    """The system's words for a full disk (or quota, or file size limit) when
+    that is what stopped the pipeline's workers; None for any other error."""
+    found = {int(number) for number in _ERRNO.findall(str(error))} & _DISK_FULL
+    return os.strerror(min(found)) if found else None
 
 
 class Failed(Exception):
     """A step of a job failed; the message is the one line the user sees."""
+
+
+class _TracebacksUnprinted(io.TextIOBase):
+    """stderr while a pipeline runs: Beam's SDK harness prints the traceback
+    of a bundle that failed there, besides logging it (pipeline.cli keeps
+    that record out); the launcher says what failed, in one line."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._after_traceback = False
+
+    def write(self, data: str) -> int:
+        traceback = data.startswith("Traceback (most recent call last):")
+        if not (traceback or (self._after_traceback and data == "\n")):  # print() ends it with a write of its own
+            self._stream.write(data)
+        self._after_traceback = traceback
+        return len(data)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
 
 
 def execute(pipeline: beam.Pipeline, shards: int | None = None) -> None:
@@ -248,10 +294,13 @@ def execute(pipeline: beam.Pipeline, shards: int | None = None) -> None:
         settle_memory()
     progress = ProgressLine(shards) if shards is not None and in_process else contextlib.nullcontext()
     try:
-        with progress, workers_die_with_launcher(pipeline.options):
+        with progress, workers_die_with_launcher(pipeline.options), \
+                contextlib.redirect_stderr(_TracebacksUnprinted(sys.stderr)):
             state = pipeline.run().wait_until_finish()
     except Exception as error:  # whatever a worker raised, as the runner re-raises it
-        raise Failed(f"the pipeline failed: {one_line(error)}") from None
+        full = disk_full(error)
+        raise Failed(f"cannot write the run's files: {full}" if full else
+                     f"the pipeline failed: {one_line(error)}") from None
     if state != beam.runners.runner.PipelineState.DONE:
         raise Failed(f"the pipeline ended in state {state}")
 

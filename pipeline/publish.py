@@ -48,6 +48,7 @@ from litmus_score.scoring.layout import (
     UNSCORED_DIR,
 )
 from pipeline.processes import boot_id, process_start
+from pipeline.supervise import note_lock
 from transforms.files import delete_exactly, is_local, literal_pattern, objects_under, to_json, write_text, write_whole
 from transforms.write import FILE_SETS
 
@@ -141,6 +142,7 @@ class Lock:
                   "process_start": process_start(os.getpid()),
                   "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         data = to_json(record).encode("utf-8")
+        note_lock(path)
         if _create_exclusively(path, data):
             return cls(path)
         holder = _holder(path)
@@ -160,6 +162,16 @@ class Lock:
     def release(self) -> None:
         if FileSystems.exists(self.path):
             delete_exactly([self.path])
+
+
+def release_abandoned(path: str, pid: int) -> bool:
+    """Deletes the lock at `path` if its record names process `pid` of this
+    host: a run that ended without releasing it. Whether it did."""
+    holder = _holder(path)
+    if not (isinstance(holder, dict) and holder.get("pid") == pid and holder.get("host") == socket.gethostname()):
+        return False
+    delete_exactly([path])
+    return True
 
 
 def _create_exclusively(path: str, data: bytes) -> bool:

@@ -9,6 +9,7 @@ run has the same bytes for the same content.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -78,9 +79,12 @@ class DigestingFile:
         self._handle = handle
         self._sha256 = hashlib.sha256()
         self.size = 0
+        self._abandoned = False
 
     def write(self, data) -> int:
         view = memoryview(data)
+        if self._abandoned:
+            return view.nbytes
         self._sha256.update(view)
         self.size += view.nbytes
         return self._handle.write(data)
@@ -96,7 +100,16 @@ class DigestingFile:
         return self._handle.closed
 
     def close(self) -> None:
-        self._handle.close()
+        if not self._abandoned:
+            self._handle.close()
+
+    def abandon(self) -> None:
+        """After a write failed: closes the file as it is, and takes whatever
+        is written to it from now on without writing it (a writer wrapping it
+        can still be closed)."""
+        self._abandoned = True
+        with contextlib.suppress(OSError):  # closing flushes into the disk that failed
+            self._handle.close()
 
     def entry(self, path: str, rows) -> dict:
         """The manifest's record of this file."""

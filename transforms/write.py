@@ -26,6 +26,7 @@ The launcher completes the run (pipeline.publish): report, manifest, _SUCCESS.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -155,15 +156,39 @@ class WriteBundleFn(beam.DoFn):
             self._path = FileSystems.join(self._temp_dir, f"{self._files.prefix}-{uuid.uuid4().hex}.parquet")
             self._file = DigestingFile(FileSystems.create(self._path))
             self._writer = self._files.writer(self._file)
-        self._writer.write_table(table)
+        with self._abandoned_if_failed():
+            self._writer.write_table(table)
         self._rows += table.num_rows
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
         if self._writer is not None:
             assert self._file is not None and self._path is not None  # opened with the writer
-            self._writer.close()
-            self._file.close()
+            with self._abandoned_if_failed():
+                self._writer.close()
+                self._file.close()
+            self._writer = None
             yield GlobalWindows.windowed_value((self._files.key, self._file.entry(self._path, self._rows)))
+
+    def teardown(self):
+        if getattr(self, "_writer", None) is not None:  # a bundle that failed elsewhere and never finished
+            self._abandon()
+
+    @contextlib.contextmanager
+    def _abandoned_if_failed(self):
+        try:
+            yield
+        except Exception:
+            self._abandon()
+            raise
+
+    def _abandon(self) -> None:
+        """Gives up the bundle's file: its writer is closed into nothing, or it
+        would write its footer when collected, onto a disk that may be full,
+        failing where nobody can catch it (a traceback on stderr)."""
+        assert self._file is not None and self._writer is not None
+        self._file.abandon()
+        self._writer.close()
+        self._writer = None
 
 
 def commit_files(written, file_sets, output: str, temp_dir: str) -> list:

@@ -1,0 +1,189 @@
+"""Every command runs in a child process that its launcher supervises, so
+that whatever ends a run, the launcher ends promptly, says so in one line
+with a documented exit code, and leaves no lock behind.
+
+    launcher  forks before any work and waits. It passes SIGTERM and SIGINT
+              on to the child; a child that has not ended STOP_GRACE_S after
+              is killed. A child that was stopped or died of a signal (a
+              crash such as a segfault in compiled code) leaves its locks to
+              the launcher, which deletes those that still name the child
+              and says in one line which folders were not published.
+    child     runs the command. A stop signal ends it at once (128 + the
+              signal), wherever it is: a run stopped mid-bundle is not
+              unwound, since Beam's cleanup can wait forever on a worker
+              that stopped (the main thread in Thread.join, the worker on its
+              control stream). It notes each lock before it takes it, and
+              dies with its launcher.
+
+The output a stopped run leaves is an attempt that did not finish, as after
+any crash: a later run replaces it (--replace, or `nightly` for its night).
+Where there is no fork, the command runs in the launcher's own process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable
+
+from litmus_score import text
+from litmus_score.exits import Exit, of_signal
+
+# How long a stopped child may take to end before it is killed.
+STOP_GRACE_S = 5
+STOPS: dict[int, str] = {signal.SIGTERM: "terminated (SIGTERM)", signal.SIGINT: "interrupted (SIGINT)"}
+_PR_SET_PDEATHSIG = 1
+
+# The file, shared by a launcher and its child, where the child notes the locks it takes.
+_notes_fd: int | None = None
+_in_child = False
+
+
+def supervised() -> bool:
+    """Whether this process is a supervised child (its stops are handled already)."""
+    return _in_child
+
+
+def note_lock(path: str) -> None:
+    """Says, before a lock is taken at `path`, that this process may hold it."""
+    if _in_child and _notes_fd is not None:
+        os.write(_notes_fd, (json.dumps(path) + "\n").encode("utf-8"))
+
+
+def supervise(command: Callable[[], int]) -> int:
+    """Runs `command` in a supervised child; its exit code, or the launcher's for a child that died."""
+    if not hasattr(os, "fork"):
+        return command()
+    global _notes_fd
+    _flush()
+    notes = tempfile.TemporaryFile()  # open until both sides are done with it
+    _notes_fd = notes.fileno()
+    # Blocked across the fork: each side handles a stop only once its handlers are in place.
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+    launcher = os.getpid()
+    child = os.fork()
+    if child == 0:
+        _run_child(command, launcher)
+    return _Launcher(child).wait()
+
+
+def _run_child(command: Callable[[], int], launcher: int) -> None:
+    global _in_child
+    _in_child = True
+    _die_with(launcher)
+    for signum in STOPS:
+        signal.signal(signum, _stop_now)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
+    try:
+        code = command()
+    except SystemExit as stop:  # argparse's --help and usage errors
+        if isinstance(stop.code, str):
+            print(stop.code, file=sys.stderr)
+        code = stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 1
+    except BaseException:  # what Python would print, then the child's exit
+        traceback.print_exc()
+        code = Exit.FAILED
+    _flush()
+    # Never returns into the caller's code; a stopped pipeline's threads cannot keep the child alive.
+    os._exit(int(code))
+
+
+def _die_with(launcher: int) -> None:
+    """The child is killed when its launcher ends, however it ends (Linux)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return  # no prctl: the child outlives a launcher killed with SIGKILL
+    if os.getppid() != launcher:  # it ended before prctl took effect
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _stop_now(signum, frame) -> None:
+    # Nothing else here: the main thread may be anywhere, holding any lock (stderr's, the import lock).
+    try:
+        _flush()
+    finally:
+        os._exit(of_signal(signum))
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed pipe, or a write the signal interrupted
+            stream.flush()
+
+
+def _release_locks(pid: int) -> list:
+    """Deletes the locks noted in this launch that still name process `pid`;
+    the folders they were in that hold no finished run."""
+    assert _notes_fd is not None
+    noted = os.pread(_notes_fd, os.fstat(_notes_fd).st_size, 0).decode("utf-8")
+    # A local lock already gone (released by the child) needs no look through Beam.
+    paths = [path for path in dict.fromkeys(json.loads(line) for line in noted.splitlines())
+             if "://" in path or os.path.lexists(path)]
+    if not paths:
+        return []
+    # Beam's import: only after a run that took a lock.
+    from apache_beam.io.filesystems import FileSystems
+
+    from litmus_score.scoring.layout import SUCCESS_MARKER
+    from pipeline.publish import release_abandoned
+
+    folders = [FileSystems.split(path)[0] for path in paths if release_abandoned(path, pid)]
+    return [folder for folder in folders if not FileSystems.exists(FileSystems.join(folder, SUCCESS_MARKER))]
+
+
+def _say(what: str, folders: list, why: str = "") -> None:
+    unpublished = (f": {', '.join(folders)} {'was' if len(folders) == 1 else 'were'} not published"
+                   if folders else "")
+    text.error(f"{what}{unpublished}{why}")
+
+
+class _Launcher:
+    def __init__(self, child: int):
+        self.child = child
+        self.stop: int | None = None  # the first stop signal passed on
+        self.killed = False
+        self.ended = False
+
+    def wait(self) -> int:
+        for stop in STOPS:
+            signal.signal(stop, self._pass_on)
+        signal.signal(signal.SIGALRM, self._kill)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
+        _, status = os.waitpid(self.child, 0)
+        self.ended = True
+        signal.alarm(0)
+        code = os.waitstatus_to_exitcode(status)
+        signum: int | None = -code if code < 0 else None  # it died of a signal
+        if code - of_signal(0) in STOPS:  # it stopped itself, told to
+            signum = code - of_signal(0)
+        if signum is None and not self.killed:
+            return code  # the command ended as it does: it said how, its locks released
+        folders = _release_locks(self.child)
+        if self.killed and self.stop is not None:
+            _say(STOPS[self.stop], folders, f" (the run did not stop within {STOP_GRACE_S} s and was killed)")
+            return of_signal(self.stop)
+        assert signum is not None
+        _say(STOPS.get(signum) or f"the run died (killed by {signal.Signals(signum).name})", folders)
+        return of_signal(signum)
+
+    def _pass_on(self, signum, frame) -> None:
+        if self.ended:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.child, signum)
+        if self.stop is None:
+            self.stop = signum
+            signal.alarm(STOP_GRACE_S)
+
+    def _kill(self, signum, frame) -> None:
+        if not self.ended:
+            self.killed = True
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.child, signal.SIGKILL)
