@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 from litmus_score import text
 from litmus_score.exits import Exit, of_signal
+from litmus_score.scoring.layout import SUCCESS_MARKER
 
 # How long a stopped child may take to end before it is killed.
 STOP_GRACE_S = 5
@@ -122,20 +123,24 @@ def _release_locks(pid: int) -> list:
     """Deletes the locks noted in this launch that still name process `pid`;
     the folders they were in that hold no finished run."""
     assert _notes_fd is not None
-    noted = os.pread(_notes_fd, os.fstat(_notes_fd).st_size, 0).decode("utf-8")
-    # A local lock already gone (released by the child) needs no look through Beam.
-    paths = [path for path in dict.fromkeys(json.loads(line) for line in noted.splitlines())
-             if "://" in path or os.path.lexists(path)]
+    noted = list(dict.fromkeys(json.loads(line) for line in
+                               os.pread(_notes_fd, os.fstat(_notes_fd).st_size, 0).decode("utf-8").splitlines()))
+    # A local lock that is not there needs no look through Beam: the child released it, or the stop came
+    # between the note and the lock's creation; then its folder, claimed, holds no run unless one finished.
+    unmade = [os.path.dirname(path) for path in noted if "://" not in path and not os.path.lexists(path)]
+    folders = [folder for folder in unmade if os.path.isdir(folder) and not os.path.exists(
+        os.path.join(folder, SUCCESS_MARKER))]
+    paths = [path for path in noted if "://" in path or os.path.lexists(path)]
     if not paths:
-        return []
+        return folders
     # Beam's import: only after a run that took a lock.
     from apache_beam.io.filesystems import FileSystems
 
-    from litmus_score.scoring.layout import SUCCESS_MARKER
     from pipeline.publish import release_abandoned
 
-    folders = [FileSystems.split(path)[0] for path in paths if release_abandoned(path, pid)]
-    return [folder for folder in folders if not FileSystems.exists(FileSystems.join(folder, SUCCESS_MARKER))]
+    released = [FileSystems.split(path)[0] for path in paths if release_abandoned(path, pid)]
+    return folders + [folder for folder in released
+                      if not FileSystems.exists(FileSystems.join(folder, SUCCESS_MARKER))]
 
 
 def _say(what: str, folders: list, why: str = "") -> None:
