@@ -47,8 +47,8 @@ from litmus_score.scoring.layout import (
     UNMAPPED_DIR,
     UNSCORED_DIR,
 )
+from pipeline.locknotes import note_lock
 from pipeline.processes import boot_id, process_start
-from pipeline.supervise import note_lock
 from transforms.files import delete_exactly, is_local, literal_pattern, objects_under, to_json, write_text, write_whole
 from transforms.write import FILE_SETS
 

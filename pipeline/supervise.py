@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import os
 import signal
 import sys
@@ -35,6 +34,7 @@ from collections.abc import Callable
 from litmus_score import text
 from litmus_score.exits import Exit, of_signal
 from litmus_score.scoring.layout import SUCCESS_MARKER
+from pipeline import locknotes
 
 # How long a stopped child may take to end before it is killed.
 STOP_GRACE_S = 5
@@ -43,18 +43,11 @@ _PR_SET_PDEATHSIG = 1
 
 # The file, shared by a launcher and its child, where the child notes the locks it takes.
 _notes_fd: int | None = None
-_in_child = False
 
 
 def supervised() -> bool:
     """Whether this process is a supervised child (its stops are handled already)."""
-    return _in_child
-
-
-def note_lock(path: str) -> None:
-    """Says, before a lock is taken at `path`, that this process may hold it."""
-    if _in_child and _notes_fd is not None:
-        os.write(_notes_fd, (json.dumps(path) + "\n").encode("utf-8"))
+    return locknotes.noting()
 
 
 def supervise(command: Callable[[], int]) -> int:
@@ -75,8 +68,8 @@ def supervise(command: Callable[[], int]) -> int:
 
 
 def _run_child(command: Callable[[], int], launcher: int) -> None:
-    global _in_child
-    _in_child = True
+    assert _notes_fd is not None
+    locknotes.keep_notes(_notes_fd)
     _die_with(launcher)
     for signum in STOPS:
         signal.signal(signum, _stop_now)
@@ -123,8 +116,7 @@ def _release_locks(pid: int) -> list:
     """Deletes the locks noted in this launch that still name process `pid`;
     the folders they were in that hold no finished run."""
     assert _notes_fd is not None
-    noted = list(dict.fromkeys(json.loads(line) for line in
-                               os.pread(_notes_fd, os.fstat(_notes_fd).st_size, 0).decode("utf-8").splitlines()))
+    noted = locknotes.noted_locks(_notes_fd)
     # A local lock that is not there needs no look through Beam: the child released it, or the stop came
     # between the note and the lock's creation; then its folder, claimed, holds no run unless one finished.
     unmade = [os.path.dirname(path) for path in noted if "://" not in path and not os.path.lexists(path)]
