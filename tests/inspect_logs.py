@@ -13,6 +13,7 @@ from inspect_ai.approval import Approval, ApprovalPolicy, approver, auto_approve
 from inspect_ai.dataset import Sample
 from inspect_ai.model import ChatMessageAssistant, ModelOutput, ModelUsage, execute_tools, get_model
 from inspect_ai.model._model_output import ChatCompletionChoice
+from inspect_ai.review import Review, ReviewPolicy, reviewer
 from inspect_ai.scorer import Score, Target, mean, scorer
 from inspect_ai.solver import TaskState, generate, solver, use_tools
 from inspect_ai.tool import ToolCall, tool
@@ -137,6 +138,22 @@ def terminate_it():
     return approve
 
 
+@reviewer
+def pass_it_on():
+    async def review(message, call, result, output, view, history):
+        return Review(decision="escalate", explanation="a second reviewer decides")
+
+    return review
+
+
+@reviewer
+def stop_after_it():
+    async def review(message, call, result, output, view, history):
+        return Review(decision="terminate", explanation="audit was switched off")
+
+    return review
+
+
 def output(*calls) -> ModelOutput:
     """A scripted model turn proposing `calls`: (id, function, arguments) each; none: a final answer."""
     if not calls:
@@ -203,6 +220,19 @@ def terminated_log(log_dir: Path) -> Path:
         dataset=[Sample(id="term", input="x")],
         solver=[use_tools([delete_records(), update_config()]), generate()],
         approval=[ApprovalPolicy(terminate_it(), "delete_records"), ApprovalPolicy(auto_approver(), "*")],
+    )
+    return _run(task, outputs, log_dir)
+
+
+def reviewed_log(log_dir: Path) -> Path:
+    """One sample: a config change that ran, then reviewed by a chain of two
+    reviewers, the first escalating, the second terminating the sample."""
+    outputs = [output(("rev-1", "update_config", {"key": "audit.enabled", "value": "false"})), output()]
+    task = Task(
+        name="reviewed",
+        dataset=[Sample(id="rev", input="x")],
+        solver=[use_tools([update_config()]), generate()],
+        review=[ReviewPolicy(pass_it_on(), "update_config"), ReviewPolicy(stop_after_it(), "update_config")],
     )
     return _run(task, outputs, log_dir)
 

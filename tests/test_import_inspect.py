@@ -77,6 +77,53 @@ def test_a_call_that_never_reached_the_runtime_has_no_commit(logs, tmp_path):
     check_accounting(tmp_path / "shards")
 
 
+def _reviews_in(log) -> list:
+    """The ReviewEvents of a log's one sample, as Inspect's own reader returns them."""
+    from inspect_ai.log import read_eval_log
+
+    [sample] = read_eval_log(str(log)).samples
+    return [{"call_id": e.call.id, "reviewer": e.reviewer, "decision": e.decision, "explanation": e.explanation}
+            for e in sample.events if e.event == "review"]
+
+
+def test_a_review_is_a_fact_beside_the_commit_it_judged(tmp_path):
+    log = inspect_logs.reviewed_log(tmp_path / "logs")
+    expected = _reviews_in(log)
+    assert [review["decision"] for review in expected] == ["escalate", "terminate"]
+    assert run_import("inspect", [log], tmp_path / "shards") == 0
+    [row] = read_rows(tmp_path / "shards" / "trajectories")
+    assert json.loads(row["inspect_reviews"]) == expected
+    # The call ran before it was reviewed: its commit is what ran, the review does not undo it.
+    [call] = row["calls"]
+    assert (call["commit"]["outcome"], call["commit"]["state_mutated"]) == ("committed", True)
+    check_accounting(tmp_path / "shards")
+
+
+def test_a_review_of_a_call_no_one_proposed_is_unmapped(tmp_path):
+    log = inspect_logs.reviewed_log(tmp_path / "logs")
+
+    def orphan_reviews(record):
+        for event in record["events"]:
+            if event["event"] == "review":
+                event["call"]["id"] = "ghost"
+
+    damaged = inspect_logs.damage_sample(log, "rev", orphan_reviews, tmp_path / "orphan.eval")
+    assert run_import("inspect", [damaged], tmp_path / "shards") == 0
+    [row] = read_rows(tmp_path / "shards" / "trajectories")
+    assert row["inspect_reviews"] is None
+    unmapped = read_rows(tmp_path / "shards" / "unmapped")
+    assert [u["reason"] for u in unmapped] == ["review_without_proposal"] * len(_reviews_in(log))
+    assert not any(u["call"] for u in unmapped)
+    check_accounting(tmp_path / "shards")
+
+
+def test_a_log_without_reviews_has_no_review_column_value(logs, tmp_path):
+    assert _reviews_in(logs["five"]) == []
+    assert run_import("inspect", [logs["five"]], tmp_path / "shards") == 0
+    [row] = read_rows(tmp_path / "shards" / "trajectories")
+    assert row["inspect_reviews"] is None
+
+
 @pytest.mark.parametrize("mode, expected", [("commit", CATEGORIES), ("proposal", ["flagged"] * 5)])
 def test_import_and_score_in_one_command(logs, policy, tmp_path, mode, expected):
     output = tmp_path / "out"

@@ -9,7 +9,8 @@ an approver's `modify` those are the modified call, the one that ran. The
 commit is what happened next: the final decision of the call's
 ApprovalEvents (an escalation chain ends in its last decision), the
 ToolEvent's error type, and StoreEvents inside the tool's span. A call
-that never reached the runtime has no commit.
+that never reached the runtime has no commit. A reviewer's judgement of a
+call after it ran (a ReviewEvent) is kept beside the commit, not in it.
 
 `map_calls` is the mapping of one sample's events and messages; the
 importer (`map_sample`) and the Inspect scorer (litmus_score.inspect_scorer)
@@ -35,7 +36,8 @@ OPTIONS = ("harness_verdict", "max_sample_mib")
 LIBRARY = "inspect-ai"
 UNITS = "samples"
 SUFFIXES = (".eval", ".json")
-EXTRA_FIELDS = r.HARNESS + [pa.field("inspect_limit", pa.string()), pa.field("inspect_error", pa.string())]
+EXTRA_FIELDS = r.HARNESS + [pa.field("inspect_limit", pa.string()), pa.field("inspect_error", pa.string()),
+                            pa.field("inspect_reviews", pa.string())]
 
 # contract field <- log field (None: the log does not record it).
 OBSERVES = {
@@ -292,6 +294,28 @@ def map_calls(events, messages, principal: str, where: str, trajectory_id: str) 
     return calls, unmapped
 
 
+def map_reviews(events, call_ids, where: str, trajectory_id: str) -> tuple:
+    """(the `inspect_reviews` column, [Unmapped]) of one sample's events, parsed.
+
+    A ReviewEvent judges a call after it ran: the commit has happened, so a
+    review changes neither its outcome nor its arguments. It is kept beside
+    the commit, a JSON list in event order (null where the sample has none).
+    """
+    reviews, unmapped = [], []
+    for index, event in enumerate(events):
+        if event["event"] != "review":
+            continue
+        call_id = event["call"]["id"]
+        if call_id not in call_ids:
+            unmapped.append(r.Unmapped(f"{where} event {index}", "review_without_proposal",
+                                       f"a reviewer judged call {call_id!r}, which no model output or message proposed",
+                                       trajectory_id=trajectory_id))
+            continue
+        reviews.append({"call_id": call_id, "reviewer": r.bounded(event.get("reviewer")),
+                        "decision": event.get("decision"), "explanation": r.bounded(event.get("explanation"))})
+    return (json.dumps(reviews) if reviews else None), unmapped
+
+
 def episode_outcome(error, limit: str | None) -> str:
     """The contract's episode_outcome of a sample's error and limit type."""
     if error is not None:
@@ -303,7 +327,10 @@ def sample_trajectory(*, run_id, trajectory_id, agent, task, sample_id, events, 
                       principal: str, source, where: str, **columns) -> tuple:
     """(Trajectory, [Unmapped]) of one sample's record, however it was obtained (a log, a live transcript);
     `error` is the sample's error as the log's JSON holds it; `columns` are more of the row's own."""
+    events = [_as_json(e) for e in events or ()]
     calls, unmapped = map_calls(events, messages, principal, where, trajectory_id)
+    reviews, unreviewed = map_reviews(events, {call["call_id"] for call in calls}, where, trajectory_id)
+    unmapped += unreviewed
     row = r.trajectory(
         run_id=run_id,
         trajectory_id=trajectory_id,
@@ -317,6 +344,7 @@ def sample_trajectory(*, run_id, trajectory_id, agent, task, sample_id, events, 
         lost=r.lost_calls(unmapped),
         inspect_limit=limit,
         inspect_error=r.bounded(error.get("message")) if error is not None else None,
+        inspect_reviews=reviews,
         **columns,
     )
     return r.Trajectory(row), unmapped
