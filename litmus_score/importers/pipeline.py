@@ -1,12 +1,15 @@
 """The import job: log files in, contract shards, unmapped entries and a manifest out.
 
-    Log files -> Spread logs -> Import log --> trajectories/*.parquet
-                                   |---------> unmapped/*.parquet
-                                   +---------> file reports --> import-manifest.json
+    Log files -> Spread logs -> Plan parts -> Spread parts -> Import part --> trajectories/*.parquet
+                                                                |---------> unmapped/*.parquet
+                                                                +---------> part reports -> Merge reports
+                                                                            per file -> import-manifest.json
 
-One log file is one unit of work. A file the format's library cannot read
-(corrupt, truncated, foreign) fails alone: its report names the error, and
-the other files are imported.
+A part is one unit of work: a whole log file, or, where the format splits
+its files (Inspect .eval logs), a range of its samples, so that one big
+log is read by many workers. A file the format's library cannot read
+(corrupt, foreign) fails alone: its report names the error, and the other
+files are imported.
 """
 
 from __future__ import annotations
@@ -154,16 +157,54 @@ def local_copy(path: str):
 
 
 @beam.typehints.with_input_types(str)
+class PlanPartsFn(beam.DoFn):
+    """A log file -> its parts, (path, part): ranges of its units where the
+    format splits its files (module.plan_parts, for the suffixes in
+    module.SPLITS), else (path, None), the whole file."""
+
+    def __init__(self, log_format: str, units_per_part: int | None):
+        self._format = log_format
+        self._units_per_part = units_per_part
+        self._files = Metrics.counter(NAMESPACE, "logs_imported")
+        self._parts = Metrics.counter(NAMESPACE, "log_parts")
+
+    def setup(self):
+        self._module = importer(self._format)
+
+    def process(self, path: str):
+        parts = [None]
+        if path.endswith(getattr(self._module, "SPLITS", ())) and not not_a_file(path):
+            try:
+                with FileSystems.open(path, compression_type="uncompressed") as handle:
+                    parts = self._module.plan_parts(handle, self._units_per_part)
+            except Exception as error:  # the whole file's import says what is wrong with it
+                logging.info("%s is read whole: %s", path, error)
+        self._files.inc()
+        self._parts.inc(len(parts))
+        for part in parts:
+            yield path, part
+
+
+@contextlib.contextmanager
+def _items(module, path: str, part, principal: str, options: dict):
+    """The items an importer reads from a part: the whole file (part None) or a range of it."""
+    if part is None:
+        with local_copy(path) as local:
+            yield module.read_log(local, path, principal, **options)
+    else:
+        with FileSystems.open(path, compression_type="uncompressed") as handle:
+            yield module.read_part(handle, path, part, principal, **options)
+
+
 class ImportLogFn(beam.DoFn):
-    """A log file -> pa.Tables of trajectories; unmapped entries and one
-    report per file on the tagged outputs."""
+    """A part of a log file, (path, part) -> pa.Tables of trajectories;
+    unmapped entries and one report per part on the tagged outputs."""
 
     def __init__(self, log_format: str, principal: str, options=None):
         self._format = log_format
         self._principal = principal
         self._options = dict(options or {})
-        self._files = Metrics.counter(NAMESPACE, "logs_imported")
-        self._failed = Metrics.counter(NAMESPACE, "logs_failed")
+        self._failed = Metrics.counter(NAMESPACE, "log_parts_failed")
         self._trajectories = Metrics.counter(NAMESPACE, "trajectories_imported")
         self._unmapped = Metrics.counter(NAMESPACE, "entries_unmapped")
 
@@ -171,15 +212,16 @@ class ImportLogFn(beam.DoFn):
         self._module = importer(self._format)
         self._schema = r.shard_schema(self._module.EXTRA_FIELDS)
 
-    def process(self, path: str):
+    def process(self, work: tuple):
+        path, part = work
         report = new_report(path)
         rows, misses = [], []
         skipped = not_a_file(path)
         try:
             if skipped:
                 raise SkippedLog(skipped)
-            with local_copy(path) as local:
-                for item in self._module.read_log(local, path, self._principal, **self._options):
+            with _items(self._module, path, part, self._principal, self._options) as items:
+                for item in items:
                     if isinstance(item, r.FileSummary):
                         report["facts"].update(item.facts)
                         report["units_declared"] = item.units_declared
@@ -194,6 +236,9 @@ class ImportLogFn(beam.DoFn):
                     if len(rows) >= CHUNK_ROWS:
                         yield pa.Table.from_pylist(rows, schema=self._schema)
                         rows = []
+                    if len(misses) >= CHUNK_ROWS:  # a log of millions of damaged units, too
+                        yield beam.pvalue.TaggedOutput(UNMAPPED_TAG, pa.Table.from_pylist(misses, schema=r.UNMAPPED))
+                        misses = []
         except Exception as error:
             # A foreign or damaged file makes a format's library raise
             # anything; the file fails alone and the report names the fault.
@@ -206,7 +251,6 @@ class ImportLogFn(beam.DoFn):
             yield pa.Table.from_pylist(rows, schema=self._schema)
         if misses:
             yield beam.pvalue.TaggedOutput(UNMAPPED_TAG, pa.Table.from_pylist(misses, schema=r.UNMAPPED))
-        self._files.inc()
         self._trajectories.inc(report["trajectories"])
         self._unmapped.inc(report["unmapped"])
         report["unmapped_by_reason"] = dict(sorted(report["unmapped_by_reason"].items()))
@@ -252,6 +296,35 @@ def count_trajectory(report: dict, item: r.Trajectory) -> None:
         report["principal_attribute"][context].update(used)
 
 
+def merge_reports(reports) -> dict:
+    """One report of the reports of a file's parts (associative: Beam may merge
+    partial merges). Counts add up; the facts and units_declared are the first
+    part's (no other has them); the error is the least of the parts' errors,
+    so that it does not depend on how the file was split."""
+    reports = list(reports)
+    merged = new_report(reports[0]["file"])
+    for report in reports:
+        for key in ("units", "trajectories", "calls", "calls_unmapped", "unmapped"):
+            merged[key] += report[key]
+        merged["unmapped_by_reason"].update(report["unmapped_by_reason"])
+        for kind in ("units", "calls"):
+            merged["not_imported"][kind] += report["not_imported"][kind]
+        for context in (r.PROPOSAL, r.COMMIT):
+            for source in (r.FROM_LOG, r.FROM_DEFAULT):
+                merged["principal_source"][context][source] += report["principal_source"][context][source]
+            merged["principal_attribute"][context].update(report["principal_attribute"][context])
+        merged["facts"].update(report["facts"])
+        if report["units_declared"] is not None:
+            merged["units_declared"] = (merged["units_declared"] or 0) + report["units_declared"]
+        merged["skipped"] = merged["skipped"] or report["skipped"]
+    errors = [report["error"] for report in reports if report["error"]]
+    merged["error"] = min(errors) if errors else None
+    merged["unmapped_by_reason"] = dict(sorted(merged["unmapped_by_reason"].items()))
+    merged["principal_attribute"] = {context: dict(sorted(used.items()))
+                                     for context, used in merged["principal_attribute"].items()}
+    return merged
+
+
 class ImportLogs(beam.PTransform):
     """LOGS (files, folders, globs) of one format -> a dict of PCollections:
     trajectories (pa.Tables on `schema`), unmapped (pa.Tables on
@@ -262,13 +335,19 @@ class ImportLogs(beam.PTransform):
     identity where the log names none; `harness_verdict` (Inspect logs) names
     the sample score kept as the harness's own verdict; `max_sample_mib`
     (Inspect logs) bounds one sample's decompressed record; `identity_attributes`
-    (OTel, comma-separated) the ordered span attributes that name the acting identity.
+    (OTel, comma-separated) the ordered span attributes that name the acting identity;
+    `units_per_part` the units one work item reads of a log the format splits
+    (None: the format's default).
     """
 
     def __init__(self, log_format: str, patterns, principal: str, harness_verdict: str | None = None,
-                 max_sample_mib: float | None = None, identity_attributes: str | None = None):
+                 max_sample_mib: float | None = None, identity_attributes: str | None = None,
+                 units_per_part: int | None = None):
         super().__init__()
         module = importer(log_format)
+        if units_per_part is not None and not units_per_part >= 1:
+            raise ValueError(f"units_per_part {units_per_part}: expected a positive number of units")
+        self._units_per_part = units_per_part or getattr(module, "SAMPLES_PER_PART", None)
         if not principal:
             raise ValueError("the default principal must be a non-empty string")
         self._options: dict[str, Any] = {}
@@ -302,15 +381,23 @@ class ImportLogs(beam.PTransform):
         imported = (
             pbegin
             | "Log files" >> beam.Create(self.files, reshuffle=False)
-            # One log file is one unit of work, spread over the workers.
             | "Spread logs" >> beam.Reshuffle()
-            | "Import log"
+            | "Plan parts" >> beam.ParDo(PlanPartsFn(self._format, self._units_per_part))
+            # One part is one unit of work, spread over the workers: a big log's ranges too.
+            | "Spread parts" >> beam.Reshuffle()
+            | "Import part"
             >> beam.ParDo(ImportLogFn(self._format, self._principal, self._options))
             .with_output_types(pa.Table, **{UNMAPPED_TAG: pa.Table, REPORTS_TAG: dict})
             .with_outputs(UNMAPPED_TAG, REPORTS_TAG, main=TRAJECTORIES_DIR)
         )
+        reports = (
+            imported[REPORTS_TAG]
+            | "Key reports by file" >> beam.Map(lambda report: (report["file"], report))
+            | "Merge reports per file" >> beam.CombinePerKey(merge_reports)
+            | "File reports" >> beam.Values()
+        )
         return {TRAJECTORIES_DIR: imported[TRAJECTORIES_DIR], UNMAPPED_TAG: imported[UNMAPPED_TAG],
-                REPORTS_TAG: imported[REPORTS_TAG]}
+                REPORTS_TAG: reports}
 
 
 def manifest_document(reports, header: dict, outputs=()) -> dict:

@@ -1,0 +1,206 @@
+"""A big .eval log is many work items, and a cut or damaged one costs only what it lost."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import RUNNER
+from tests.importers_support import check_accounting, load_json, read_rows, require, run_import
+
+require("inspect_ai")
+from pipeline.cli import main  # noqa: E402
+from tests import inspect_logs  # noqa: E402  (needs inspect_ai)
+
+# Whole commands, end to end: make test runs them, make check does not.
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    """The replay agent's log (its samples of every category) and a log of nine
+    samples, one of them damaged, one beyond those its header lists."""
+    from inspect_ai.log import read_eval_log, write_eval_log
+
+    folder = tmp_path_factory.mktemp("split")
+    (folder / "policy.yaml").write_text(inspect_logs.REPLAY_POLICY)
+    many = read_eval_log(str(inspect_logs.many_samples_log(folder / "many", 9)))
+    many.eval.dataset.sample_ids = [f"s{i}" for i in range(8)]
+    write_eval_log(many, str(folder / "beyond.eval"))
+    (folder / "logs").mkdir()
+    damaged = inspect_logs.damage_sample(folder / "beyond.eval", "s3",
+                                         lambda record: record.update(events={"not": "a list"}),
+                                         folder / "logs" / "damaged.eval")
+    replayed = inspect_logs.replayed_log(folder / "logs")
+    return {"folder": folder / "logs", "policy": folder / "policy.yaml", "replayed": replayed, "damaged": damaged}
+
+
+def _rows(folder: Path, key: str) -> list:
+    return sorted(read_rows(folder), key=lambda row: (row[key], str(row)))
+
+
+def test_plan_parts_covers_every_sample_once_in_ranges(logs):
+    from litmus_score.importers.inspect import plan_parts
+
+    with open(logs["damaged"], "rb") as handle:
+        whole = plan_parts(handle, None)
+        parts = plan_parts(handle, 2)
+    [one] = whole
+    assert len(parts) == 5  # 9 samples (8 listed, 1 beyond), 2 a part
+    assert [unit for part in parts for unit in part.units] == list(one.units)
+    assert [part.summary is not None for part in parts] == [True] + [False] * 4
+    assert parts[0].summary.units_declared == 9
+
+
+@pytest.mark.parametrize("units_per_part", [1, 3])
+def test_results_do_not_depend_on_how_a_log_is_split(logs, tmp_path, monkeypatch, units_per_part):
+    """The same logs imported whole (one part a log) and in parts of `units_per_part`
+    samples, then scored: shards, unmapped entries, manifest and metrics.json are equal."""
+    from litmus_score.importers import inspect
+
+    def import_and_score(name: str):
+        shards, out = tmp_path / f"shards-{name}", tmp_path / f"out-{name}"
+        assert run_import("inspect", [logs["folder"]], shards) == 4  # the damaged sample
+        assert main(["score", "--input", str(shards / "trajectories"), "--output", str(out),
+                     "--policy", str(logs["policy"]), *RUNNER]) == 0
+        return shards, out
+
+    monkeypatch.setattr(inspect, "SAMPLES_PER_PART", 10**6)
+    whole, whole_out = import_and_score("whole")
+    monkeypatch.setattr(inspect, "SAMPLES_PER_PART", units_per_part)
+    split, split_out = import_and_score("split")
+    assert _rows(split / "trajectories", "trajectory_id") == _rows(whole / "trajectories", "trajectory_id")
+    assert _rows(split / "unmapped", "position") == _rows(whole / "unmapped", "position")
+    manifests = [check_accounting(folder) for folder in (whole, split)]
+    for manifest in manifests:
+        manifest.pop("outputs")  # the files the rows landed in
+    assert manifests[0] == manifests[1]
+    assert (split_out / "metrics.json").read_bytes() == (whole_out / "metrics.json").read_bytes()
+    assert manifests[1]["totals"]["units"] == 16
+
+
+def test_parts_of_a_log_are_one_report(logs):
+    """ImportLogs reads each sample as its own part and gives one report per file."""
+    import apache_beam as beam
+    from apache_beam.testing.test_pipeline import TestPipeline
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from litmus_score.importers.pipeline import ImportLogs
+
+    transform = ImportLogs("inspect", [str(logs["folder"])], principal="agent", units_per_part=1)
+    with TestPipeline(argv=RUNNER) as pipeline:
+        reports = pipeline | transform
+        counts = reports["reports"] | beam.Map(
+            lambda r: (Path(r["file"]).name, r["units_declared"], r["units"], r["trajectories"], r["error"]))
+        assert_that(counts, equal_to([("damaged.eval", 9, 9, 8, None), (logs["replayed"].name, 7, 7, 7, None)]))
+
+
+def _data_end(info: zipfile.ZipInfo) -> int:
+    return info.header_offset + 30 + len(info.filename.encode()) + len(info.extra) + info.compress_size
+
+
+def _cuts(log: Path) -> dict:
+    """Where to cut the log: inside a sample's data, inside a sample's local header,
+    where the central directory begins, and inside it."""
+    with zipfile.ZipFile(log) as archive:
+        members = archive.infolist()
+    samples = [info for info in members if info.filename.startswith("samples/")]
+    directory = max(_data_end(info) for info in members)
+    return {"inside a sample's data": (samples[2].header_offset + _data_end(samples[2])) // 2,
+            "inside a sample's header": samples[4].header_offset + 10,
+            "at the directory": directory,
+            "inside the directory": (directory + log.stat().st_size) // 2}
+
+
+@pytest.mark.parametrize("where", ["inside a sample's data", "inside a sample's header", "at the directory",
+                                   "inside the directory"])
+def test_a_cut_log_imports_the_samples_before_the_cut(tmp_path, where):
+    """A log cut short has no zip directory: its members are found by their local
+    headers. Every sample whose record lies whole before the cut is imported; the one
+    the cut runs through is sample_truncated; those after it are sample_not_in_log;
+    and the units reconcile with the samples the log's header (or its journal's start) lists."""
+    log = inspect_logs.many_samples_log(tmp_path / "logs", 6)
+    cut = _cuts(log)[where]
+    with zipfile.ZipFile(log) as archive:
+        samples = [info for info in archive.infolist() if info.filename.startswith("samples/")]
+    whole = sorted(info.filename.split("/")[1].split("_")[0] for info in samples if _data_end(info) <= cut)
+    truncated = [info.filename.split("/")[1].split("_")[0] for info in samples
+                 if info.header_offset + 30 + len(info.filename) <= cut < _data_end(info)]
+    damaged = tmp_path / "cut.eval"
+    damaged.write_bytes(log.read_bytes()[:cut])
+
+    code = run_import("inspect", [damaged], tmp_path / "shards")
+    assert code == (0 if len(whole) == 6 else 4)
+    assert sorted(row["task_id"] for row in read_rows(tmp_path / "shards" / "trajectories")) == whole
+    reasons = {entry["position"]: entry["reason"] for entry in read_rows(tmp_path / "shards" / "unmapped")}
+    assert {position for position, reason in reasons.items() if reason == "sample_truncated"} == {
+        f"sample {sample!r} epoch 1" for sample in truncated}
+    assert len(reasons) == 6 - len(whole) and set(reasons.values()) <= {"sample_truncated", "sample_not_in_log"}
+    [report] = check_accounting(tmp_path / "shards")["files"]
+    assert (report["error"], report["units_declared"], report["units"]) == (None, 6, 6)
+    assert report["facts"]["zip_directory_unreadable"].startswith("BadZipFile")
+    assert report["facts"]["status"] == ("success" if where.endswith("directory") else "started")
+
+
+def test_a_damaged_directory_is_read_past(tmp_path):
+    """Every entry signature of the central directory overwritten: the members are
+    found by their local headers and every sample is imported."""
+    log = inspect_logs.many_samples_log(tmp_path / "logs", 4)
+    data = log.read_bytes()
+    (tmp_path / "damaged.eval").write_bytes(data.replace(b"PK\x01\x02", b"XX\x01\x02"))
+    assert run_import("inspect", [tmp_path / "damaged.eval"], tmp_path / "shards") == 0
+    assert len(read_rows(tmp_path / "shards" / "trajectories")) == 4
+    [report] = check_accounting(tmp_path / "shards")["files"]
+    assert report["facts"]["zip_directory_unreadable"]
+
+
+def _tiny_samples_log(source: Path, samples: int, path: Path) -> Path:
+    """`source`'s header listing `samples` samples, each member a few bytes that are no
+    sample record (stored, as a hostile writer may)."""
+    import orjson
+
+    with zipfile.ZipFile(source) as original:
+        header = orjson.loads(original.read("header.json"))
+    ids = [f"t{i}" for i in range(samples)]
+    header["eval"]["dataset"]["sample_ids"] = ids
+    header["eval"]["dataset"]["samples"] = samples
+    header.pop("results", None)
+    with zipfile.ZipFile(path, "w") as archive:
+        for sample_id in ids:
+            archive.writestr(f"samples/{sample_id}_epoch_1.json", b"[]")
+        archive.writestr("header.json", orjson.dumps(header))
+    return path
+
+
+def test_many_tiny_samples_each_cost_their_own_unit_in_bounded_memory(tmp_path):
+    """Thousands of samples that are no record: each is one unmapped unit, the plan
+    holds less than the documented 800 bytes a sample, and reading the parts holds
+    no more for a log ten times the size (one part at a time)."""
+    import tracemalloc
+    from collections import Counter
+
+    from litmus_score.importers.inspect import plan_parts, read_part
+
+    source = inspect_logs.many_samples_log(tmp_path / "logs", 1)
+
+    def peaks(samples: int) -> tuple:
+        """(the plan's peak, what reading every part adds at its peak), traced bytes."""
+        log = _tiny_samples_log(source, samples, tmp_path / f"tiny-{samples}.eval")
+        with open(log, "rb") as handle:
+            tracemalloc.start()
+            parts = plan_parts(handle)
+            plan_peak, planned = tracemalloc.get_traced_memory()[1], tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            reasons = Counter(item.reason for part in parts for item in read_part(handle, str(log), part, "agent")
+                              if hasattr(item, "reason"))
+            read_peak = tracemalloc.get_traced_memory()[1] - planned
+            tracemalloc.stop()
+        assert reasons == {"sample_unreadable": samples}
+        return plan_peak, read_peak
+
+    small_plan, small_read = peaks(2_000)
+    large_plan, large_read = peaks(20_000)
+    assert small_plan / 2_000 < 800 and large_plan / 20_000 < 800
+    assert large_read < small_read + 2**20  # one part's work, whatever the log's size
