@@ -41,23 +41,32 @@ def _rows(folder: Path, key: str) -> list:
     return sorted(read_rows(folder), key=lambda row: (row[key], str(row)))
 
 
-def test_plan_parts_covers_every_sample_once_in_ranges(logs):
-    from litmus_score.importers.inspect import plan_parts
+def _read_in_ranges(log: Path, size: int) -> list:
+    """(range start, item) of the log read in ranges of `size` bytes."""
+    from litmus_score.importers.inspect import plan_log, read_range
 
-    with open(logs["damaged"], "rb") as handle:
-        whole = plan_parts(handle, None)
-        parts = plan_parts(handle, 2)
-    [one] = whole
-    assert len(parts) == 5  # 9 samples (8 listed, 1 beyond), 2 a part
-    assert [unit for part in parts for unit in part.units] == list(one.units)
-    assert [part.summary is not None for part in parts] == [True] + [False] * 4
-    assert parts[0].summary.units_declared == 9
+    with open(log, "rb") as handle:
+        plan, end = plan_log(handle), log.stat().st_size
+        return [(start, item) for start in range(0, end, size)
+                for item in read_range(handle, str(log), plan, start, start + size, "agent")]
 
 
-@pytest.mark.parametrize("units_per_part", [1, 3])
-def test_results_do_not_depend_on_how_a_log_is_split(logs, tmp_path, monkeypatch, units_per_part):
-    """The same logs imported whole (one part a log) and in parts of `units_per_part`
-    samples, then scored: shards, unmapped entries, manifest and metrics.json are equal."""
+def test_ranges_of_a_log_read_each_sample_once(logs):
+    """Read in ranges of 1 KiB (each holds at most the start of one sample's member, most
+    none), the log's items are those it yields read whole, and no range reads two samples."""
+    from collections import Counter
+
+    ranged, whole = _read_in_ranges(logs["damaged"], 2**10), _read_in_ranges(logs["damaged"], 2**40)
+    assert sorted(map(repr, (item for _, item in ranged))) == sorted(map(repr, (item for _, item in whole)))
+    per_range = Counter(start for start, item in ranged if hasattr(item, "row") or getattr(item, "unit", False))
+    assert max(per_range.values()) == 1 and sum(per_range.values()) == 9
+
+
+@pytest.mark.parametrize("bytes_per_part", [2**10, 8 * 2**10])
+def test_results_do_not_depend_on_how_a_log_is_split(logs, tmp_path, monkeypatch, bytes_per_part):
+    """The same logs imported whole (one part a log) and in parts of `bytes_per_part`
+    bytes (at most one sample each, or several), then scored: shards, unmapped entries,
+    manifest and metrics.json are equal."""
     from litmus_score.importers import inspect
 
     def import_and_score(name: str):
@@ -67,9 +76,9 @@ def test_results_do_not_depend_on_how_a_log_is_split(logs, tmp_path, monkeypatch
                      "--policy", str(logs["policy"]), *RUNNER]) == 0
         return shards, out
 
-    monkeypatch.setattr(inspect, "SAMPLES_PER_PART", 10**6)
+    monkeypatch.setattr(inspect, "BYTES_PER_PART", 2**40)
     whole, whole_out = import_and_score("whole")
-    monkeypatch.setattr(inspect, "SAMPLES_PER_PART", units_per_part)
+    monkeypatch.setattr(inspect, "BYTES_PER_PART", bytes_per_part)
     split, split_out = import_and_score("split")
     assert _rows(split / "trajectories", "trajectory_id") == _rows(whole / "trajectories", "trajectory_id")
     assert _rows(split / "unmapped", "position") == _rows(whole / "unmapped", "position")
@@ -82,14 +91,15 @@ def test_results_do_not_depend_on_how_a_log_is_split(logs, tmp_path, monkeypatch
 
 
 def test_parts_of_a_log_are_one_report(logs):
-    """ImportLogs reads each sample as its own part and gives one report per file."""
+    """ImportLogs reads a log in many parts and gives one report per file."""
     import apache_beam as beam
     from apache_beam.testing.test_pipeline import TestPipeline
     from apache_beam.testing.util import assert_that, equal_to
 
     from litmus_score.importers.pipeline import ImportLogs
 
-    transform = ImportLogs("inspect", [str(logs["folder"])], principal="agent", units_per_part=1)
+    transform = ImportLogs("inspect", [str(logs["folder"])], principal="agent", bytes_per_part=2**10)
+    assert len(transform.parts) > 2 * len(transform.files)
     with TestPipeline(argv=RUNNER) as pipeline:
         reports = pipeline | transform
         counts = reports["reports"] | beam.Map(
@@ -181,7 +191,7 @@ def test_many_tiny_samples_each_cost_their_own_unit_in_bounded_memory(tmp_path):
     import tracemalloc
     from collections import Counter
 
-    from litmus_score.importers.inspect import plan_parts, read_part
+    from litmus_score.importers.inspect import plan_log, read_range
 
     source = inspect_logs.many_samples_log(tmp_path / "logs", 1)
 
@@ -190,10 +200,11 @@ def test_many_tiny_samples_each_cost_their_own_unit_in_bounded_memory(tmp_path):
         log = _tiny_samples_log(source, samples, tmp_path / f"tiny-{samples}.eval")
         with open(log, "rb") as handle:
             tracemalloc.start()
-            parts = plan_parts(handle)
+            plan = plan_log(handle)
             plan_peak, planned = tracemalloc.get_traced_memory()[1], tracemalloc.get_traced_memory()[0]
             tracemalloc.reset_peak()
-            reasons = Counter(item.reason for part in parts for item in read_part(handle, str(log), part, "agent")
+            reasons = Counter(item.reason for start in range(0, log.stat().st_size, 2**20)
+                              for item in read_range(handle, str(log), plan, start, start + 2**20, "agent")
                               if hasattr(item, "reason"))
             read_peak = tracemalloc.get_traced_memory()[1] - planned
             tracemalloc.stop()
@@ -204,3 +215,30 @@ def test_many_tiny_samples_each_cost_their_own_unit_in_bounded_memory(tmp_path):
     large_plan, large_read = peaks(20_000)
     assert small_plan / 2_000 < 800 and large_plan / 20_000 < 800
     assert large_read < small_read + 2**20  # one part's work, whatever the log's size
+
+
+@pytest.mark.engine
+def test_a_log_in_ranges_on_dask_imports_what_one_runner_does(logs, tmp_path, monkeypatch):
+    """On a two-worker Dask cluster the ranges of one log are spread over the workers:
+    a worker that reads some plans the log once, not once a range, and the import
+    equals FnApiRunner's."""
+    dask_distributed = pytest.importorskip("dask.distributed")
+    from litmus_score.importers import inspect
+
+    monkeypatch.setattr(inspect, "BYTES_PER_PART", 2**10)
+    log = [logs["damaged"]]
+    assert run_import("inspect", log, tmp_path / "fnapi") == 4
+    with dask_distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                       dashboard_address=None) as cluster, dask_distributed.Client(cluster) as client:
+        assert main(["import", "inspect", str(logs["damaged"]), "--output", str(tmp_path / "dask"), "--runner",
+                     "dask", "--dask_client_address", client.scheduler.address]) == 4
+        from litmus_score.importers import pipeline
+
+        plans = client.run(lambda: [path for path, _ in pipeline._PLANS])
+    assert all(plan in ([], [str(logs["damaged"])]) for plan in plans.values()) and any(plans.values())
+    assert _rows(tmp_path / "dask" / "trajectories", "trajectory_id") == _rows(
+        tmp_path / "fnapi" / "trajectories", "trajectory_id")
+    manifests = [check_accounting(tmp_path / name) for name in ("fnapi", "dask")]
+    for manifest in manifests:
+        manifest.pop("outputs")
+    assert manifests[0] == manifests[1]

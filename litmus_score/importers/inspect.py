@@ -18,6 +18,7 @@ both use it.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 from collections import defaultdict
@@ -36,7 +37,7 @@ OPTIONS = ("harness_verdict", "max_sample_mib")
 LIBRARY = "inspect-ai"
 UNITS = "samples"
 SUFFIXES = (".eval", ".json")
-# The files read as many parts (plan_parts, read_part): a zip lists where each sample lies.
+# The files read as many parts, ranges of their bytes (plan_log, read_range): a zip lists where each sample lies.
 SPLITS = (".eval",)
 EXTRA_FIELDS = r.HARNESS + [pa.field("inspect_limit", pa.string()), pa.field("inspect_error", pa.string())]
 
@@ -402,9 +403,10 @@ class SampleTooLarge(Exception):
     """A sample record beyond the bound on one sample's size."""
 
 
-# Samples one work item reads from an .eval log: a big log is many work
-# items, each of which pays little for its own (a seek per sample).
-SAMPLES_PER_PART = 512
+# The bytes of an .eval log one work item reads: a big log is many work
+# items (about 512 samples of AgentDojo's size each), each of which pays
+# little for its own (a seek per sample).
+BYTES_PER_PART = 2 * 2**20
 # An .eval log's members that are sample records, and the header's.
 _SAMPLES, _HEADER, _START = "samples/", "header.json", "_journal/start.json"
 
@@ -431,13 +433,16 @@ class Unit:
 
 
 @dataclass(frozen=True)
-class Part:
-    """A range of an .eval log's samples, read as one unit of work. The first
-    part of a log also carries the log's FileSummary."""
+class Plan:
+    """Where an .eval log's samples lie: its units with a record, by the
+    offset of their member (`offsets`, ascending), and those without one
+    (`lost`), with the log's FileSummary and what mapping needs of its header."""
 
     eval: EvalFacts
+    summary: r.FileSummary
+    offsets: tuple
     units: tuple
-    summary: r.FileSummary | None = None
+    lost: tuple
 
 
 def _member_name(sample_id, epoch) -> str:
@@ -461,14 +466,13 @@ def _header(handle, by_name: dict, damage: str | None):
 _HEADER_LIMIT = 2**40
 
 
-def plan_parts(handle, samples_per_part: int | None = SAMPLES_PER_PART) -> list:
-    """The Parts of the .eval log open as `handle` (seekable), each of at most
-    `samples_per_part` samples (None: one part), from its zip directory, or,
-    where that cannot be read (a cut or damaged log), from its members' local
-    headers: the samples before the damage are read, and the header's samples
-    with no whole record before it are lost units, named. The units are the
-    samples and epochs the header lists, then the samples the log holds
-    beyond them (Inspect's own reader returns those too)."""
+def plan_log(handle) -> Plan:
+    """The Plan of the .eval log open as `handle` (seekable), from its zip
+    directory, or, where that cannot be read (a cut or damaged log), from its
+    members' local headers: the samples before the damage are read, and the
+    header's samples with no whole record before it are lost units, named.
+    The units are the samples and epochs the header lists, then the samples
+    the log holds beyond them (Inspect's own reader returns those too)."""
     found = zipmembers.members(handle)
     by_name = {member.name: member for member in found.members}  # a name written twice: the last (Inspect's rule)
     header = _header(handle, by_name, found.damage)
@@ -504,29 +508,31 @@ def plan_parts(handle, samples_per_part: int | None = SAMPLES_PER_PART) -> list:
     if found.damage:
         facts["zip_directory_unreadable"] = r.bounded(found.damage)
         facts["members_read_before_byte"] = found.end
-    summary = r.FileSummary(facts, units_declared=len(units))
-    eval_facts = EvalFacts(spec.run_id, spec.eval_id, spec.model, spec.task)
-    size = samples_per_part or max(len(units), 1)
-    starts = range(0, max(len(units), 1), size)
-    return [Part(eval_facts, tuple(units[start:start + size]), summary if start == 0 else None) for start in starts]
+    readable = sorted(((u.member.offset, u) for u in units if u.member is not None), key=lambda pair: pair[0])
+    return Plan(EvalFacts(spec.run_id, spec.eval_id, spec.model, spec.task),
+                r.FileSummary(facts, units_declared=len(units)), tuple(offset for offset, _ in readable),
+                tuple(u for _, u in readable), tuple(u for u in units if u.member is None))
 
 
-def read_part(handle, source: str, part: Part, principal: str, harness_verdict: str | None = None,
-              max_sample_mib: float = DEFAULT_MAX_SAMPLE_MIB) -> Iterator:
-    """The FileSummary the part carries, then the Trajectory and Unmapped items
-    of its samples, read from the .eval log open as `handle`, one at a time."""
+def read_range(handle, source: str, plan: Plan, start: int, stop: int | None, principal: str,
+               harness_verdict: str | None = None, max_sample_mib: float = DEFAULT_MAX_SAMPLE_MIB) -> Iterator:
+    """The Trajectory and Unmapped items of the samples whose member begins in
+    bytes [start, stop) of the .eval log open as `handle`, one sample at a
+    time (stop None: to the end). The range that begins the file also yields
+    the log's FileSummary and its units without a record: the ranges that
+    cover a file yield each of its units once, however it is cut into ranges."""
     harness = HarnessVerdict.parse(harness_verdict) if harness_verdict is not None else None
     limit = int(max_sample_mib * 2**20)
-    if part.summary is not None:
-        yield part.summary
-    for unit in part.units:
-        where = _where(unit.sample_id, unit.epoch)
-        if unit.lost is not None:
+    if start == 0:
+        yield plan.summary
+        for unit in plan.lost:
             reason, detail = unit.lost
-            yield r.Unmapped(where, reason, detail, unit=True)
-        else:
-            yield from _import_sample(lambda member=unit.member: _member_record(handle, member, limit), where,
-                                      part.eval, source, principal, harness)
+            yield r.Unmapped(_where(unit.sample_id, unit.epoch), reason, detail, unit=True)
+    first = bisect.bisect_left(plan.offsets, start)
+    last = len(plan.offsets) if stop is None else bisect.bisect_left(plan.offsets, stop)
+    for unit in plan.units[first:last]:
+        yield from _import_sample(lambda member=unit.member: _member_record(handle, member, limit),
+                                  _where(unit.sample_id, unit.epoch), plan.eval, source, principal, harness)
 
 
 def read_log(local_path: str, source: str, principal: str, harness_verdict: str | None = None,
@@ -534,7 +540,7 @@ def read_log(local_path: str, source: str, principal: str, harness_verdict: str 
     """FileSummary, then Trajectory and Unmapped items of one log, one sample in memory at a time.
 
     The log is opened once. An .eval log's sample members are read one at a
-    time (plan_parts, read_part), each parsed as JSON and mapped from the
+    time (plan_log, read_range), each parsed as JSON and mapped from the
     parsed record (Inspect's pydantic models are only asked, for a record
     that cannot be mapped, what is wrong with it); a .json log is one
     document, parsed once. Either way a sample that cannot be read or
@@ -548,24 +554,25 @@ def read_log(local_path: str, source: str, principal: str, harness_verdict: str 
     """
     if local_path.endswith(".eval"):
         with open(local_path, "rb") as handle:
-            for part in plan_parts(handle, samples_per_part=None):
-                yield from read_part(handle, source, part, principal, harness_verdict, max_sample_mib)
+            yield from read_range(handle, source, plan_log(handle), 0, None, principal, harness_verdict,
+                                  max_sample_mib)
         return
     yield from _read_json_log(local_path, source, principal, harness_verdict)
 
 
 def _read_json_log(local_path: str, source: str, principal: str, harness_verdict: str | None) -> Iterator:
-    from inspect_ai.log import read_eval_log
+    from inspect_ai.log import EvalLog
 
     harness = HarnessVerdict.parse(harness_verdict) if harness_verdict is not None else None
-    header = read_eval_log(local_path, header_only=True)
+    records = _JsonRecords(local_path)
+    # The header is the document without its samples, parsed once with them (Inspect's reader would parse it again).
+    header = EvalLog.model_validate(records.header)
     spec = header.eval
     if spec.dataset.sample_ids is None:
         raise ValueError("the log's header lists no sample ids (read and re-write it with Inspect to add them)")
     expected = [(sample_id, epoch) for sample_id in spec.dataset.sample_ids
                 for epoch in range(1, (spec.config.epochs or 1) + 1)]
-    records = _JsonRecords(local_path)
-    beyond = list(records.beyond(expected))
+    beyond = records.beyond(expected)
     facts: dict = {"status": header.status, "eval_id": spec.eval_id, "task": spec.task}
     if beyond:
         facts["samples_beyond_header"] = len(beyond)
@@ -648,13 +655,17 @@ def _member_record(handle, member: zipmembers.Member, limit: int) -> dict:
 
 
 class _JsonRecords:
-    """A .json log's sample records: the document parsed once (it holds
-    every sample), each record mapped on its own."""
+    """A .json log's header (the document but its samples) and its sample
+    records: the document parsed once (it holds every sample), each record
+    mapped on its own."""
 
     def __init__(self, local_path: str):
         with open(local_path, "rb") as handle:
             document = _parse_json(handle.read())
-        records = document.get("samples") if isinstance(document, dict) else None
+        if not isinstance(document, dict):
+            raise ValueError("not an Inspect log (a JSON object)")
+        records = document.pop("samples", None)
+        self.header = document
         self._by_key = {(record.get("id"), record.get("epoch")): record
                         for record in records or () if isinstance(record, dict)}
 

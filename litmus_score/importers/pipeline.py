@@ -1,13 +1,12 @@
 """The import job: log files in, contract shards, unmapped entries and a manifest out.
 
-    Log files -> Spread logs -> Plan parts -> Spread parts -> Import part --> trajectories/*.parquet
-                                                                |---------> unmapped/*.parquet
-                                                                +---------> part reports -> Merge reports
-                                                                            per file -> import-manifest.json
+    Log parts -> Spread parts -> Import part --> trajectories/*.parquet
+                                     |---------> unmapped/*.parquet
+                                     +---------> part reports -> Merge reports per file -> import-manifest.json
 
 A part is one unit of work: a whole log file, or, where the format splits
-its files (Inspect .eval logs), a range of its samples, so that one big
-log is read by many workers. A file the format's library cannot read
+its files (Inspect .eval logs), a range of its bytes, whose samples it
+reads, so that one big log is read by many workers. A file the format's library cannot read
 (corrupt, foreign) fails alone: its report names the error, and the other
 files are imported.
 """
@@ -22,6 +21,7 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 import uuid
 from collections import Counter
 from typing import Any
@@ -31,6 +31,7 @@ import pyarrow as pa
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindows
 
 from litmus_score.importers import rows as r
 from litmus_score.scoring.layout import IMPORT_MANIFEST_FILE, SHARD_KIND
@@ -156,49 +157,69 @@ def local_copy(path: str):
         yield copy.name
 
 
-@beam.typehints.with_input_types(str)
-class PlanPartsFn(beam.DoFn):
-    """A log file -> its parts, (path, part): ranges of its units where the
-    format splits its files (module.plan_parts, for the suffixes in
-    module.SPLITS), else (path, None), the whole file."""
+def _size(path: str) -> int | None:
+    """A file's size in bytes without opening it; None where it is no regular file or cannot be had."""
+    if not_a_file(path):
+        return None
+    if _is_local(path):
+        return os.stat(path).st_size
+    matched = FileSystems.match([path])[0].metadata_list
+    return matched[0].size_in_bytes if len(matched) == 1 else None
 
-    def __init__(self, log_format: str, units_per_part: int | None):
-        self._format = log_format
-        self._units_per_part = units_per_part
-        self._files = Metrics.counter(NAMESPACE, "logs_imported")
-        self._parts = Metrics.counter(NAMESPACE, "log_parts")
 
-    def setup(self):
-        self._module = importer(self._format)
+def plan_parts(files, module, bytes_per_part: int | None) -> list:
+    """The work items of `files`, (path, byte range or None for the whole file):
+    a file the format splits (module.SPLITS) into ranges of `bytes_per_part`
+    bytes, known from its size alone; every other file whole."""
+    parts: list = []
+    for path in files:
+        size = _size(path) if bytes_per_part and path.endswith(getattr(module, "SPLITS", ())) else None
+        if not bytes_per_part or not size:
+            parts.append((path, None))
+            continue
+        # The last range runs to the end (None): whatever the file holds when it is read.
+        parts += [(path, (start, start + bytes_per_part if start + bytes_per_part < size else None))
+                  for start in range(0, size, bytes_per_part)]
+    return parts
 
-    def process(self, path: str):
-        parts = [None]
-        if path.endswith(getattr(self._module, "SPLITS", ())) and not not_a_file(path):
-            try:
-                with FileSystems.open(path, compression_type="uncompressed") as handle:
-                    parts = self._module.plan_parts(handle, self._units_per_part)
-            except Exception as error:  # the whole file's import says what is wrong with it
-                logging.info("%s is read whole: %s", path, error)
-        self._files.inc()
-        self._parts.inc(len(parts))
-        for part in parts:
-            yield path, part
+
+# The last plans this worker process made (a log's ranges reach a worker one
+# by one; each would otherwise read the log's directory again), by path and size.
+_PLANS: dict = {}
+_PLANS_KEPT = 2
+_PLANS_LOCK = threading.Lock()  # a runner's threads share the process
+
+
+def _plan(module, path: str, handle):
+    key = (path, handle.seek(0, 2))
+    with _PLANS_LOCK:
+        plan = _PLANS.get(key)
+    if plan is None:
+        plan = module.plan_log(handle)
+        with _PLANS_LOCK:
+            while len(_PLANS) >= _PLANS_KEPT:
+                _PLANS.pop(next(iter(_PLANS)))
+            _PLANS[key] = plan
+    return plan
 
 
 @contextlib.contextmanager
-def _items(module, path: str, part, principal: str, options: dict):
-    """The items an importer reads from a part: the whole file (part None) or a range of it."""
-    if part is None:
+def _items(module, path: str, byte_range, principal: str, options: dict):
+    """The items an importer reads from a work item: the whole file, or the units of a byte range."""
+    if byte_range is None:
         with local_copy(path) as local:
             yield module.read_log(local, path, principal, **options)
     else:
         with FileSystems.open(path, compression_type="uncompressed") as handle:
-            yield module.read_part(handle, path, part, principal, **options)
+            yield module.read_range(handle, path, _plan(module, path, handle), *byte_range, principal, **options)
 
 
 class ImportLogFn(beam.DoFn):
-    """A part of a log file, (path, part) -> pa.Tables of trajectories;
-    unmapped entries and one report per part on the tagged outputs."""
+    """A work item, (path, byte range or None) -> pa.Tables of trajectories;
+    unmapped entries and one report per work item on the tagged outputs.
+    Rows and entries are gathered over the bundle into tables of CHUNK_ROWS,
+    so that thousands of small logs (an AgentDojo folder, one episode a file)
+    do not become thousands of one-row tables."""
 
     def __init__(self, log_format: str, principal: str, options=None):
         self._format = log_format
@@ -212,33 +233,47 @@ class ImportLogFn(beam.DoFn):
         self._module = importer(self._format)
         self._schema = r.shard_schema(self._module.EXTRA_FIELDS)
 
+    def start_bundle(self):
+        self._rows: list = []
+        self._misses: list = []
+
+    def _full_tables(self):
+        """The gathered rows, or entries, as a table once CHUNK_ROWS of them are waiting."""
+        if len(self._rows) >= CHUNK_ROWS:
+            yield pa.Table.from_pylist(self._rows, schema=self._schema)
+            self._rows = []
+        if len(self._misses) >= CHUNK_ROWS:
+            yield beam.pvalue.TaggedOutput(UNMAPPED_TAG, pa.Table.from_pylist(self._misses, schema=r.UNMAPPED))
+            self._misses = []
+
+    def finish_bundle(self):
+        if self._rows:
+            yield GlobalWindows.windowed_value(pa.Table.from_pylist(self._rows, schema=self._schema))
+        if self._misses:
+            yield beam.pvalue.TaggedOutput(
+                UNMAPPED_TAG, GlobalWindows.windowed_value(pa.Table.from_pylist(self._misses, schema=r.UNMAPPED)))
+
     def process(self, work: tuple):
-        path, part = work
+        path, byte_range = work
         report = new_report(path)
-        rows, misses = [], []
         skipped = not_a_file(path)
         try:
             if skipped:
                 raise SkippedLog(skipped)
-            with _items(self._module, path, part, self._principal, self._options) as items:
+            with _items(self._module, path, byte_range, self._principal, self._options) as items:
                 for item in items:
                     if isinstance(item, r.FileSummary):
                         report["facts"].update(item.facts)
                         report["units_declared"] = item.units_declared
                     elif isinstance(item, r.Unmapped):
                         count_unmapped(report, item)
-                        misses.append({"file": path, "position": item.position, "reason": item.reason,
+                        self._misses.append({"file": path, "position": item.position, "reason": item.reason,
                                        "detail": r.bounded(item.detail), "unit": item.unit, "call": item.call,
                                        "trajectory_id": item.trajectory_id})
                     else:
                         count_trajectory(report, item)
-                        rows.append(item.row)
-                    if len(rows) >= CHUNK_ROWS:
-                        yield pa.Table.from_pylist(rows, schema=self._schema)
-                        rows = []
-                    if len(misses) >= CHUNK_ROWS:  # a log of millions of damaged units, too
-                        yield beam.pvalue.TaggedOutput(UNMAPPED_TAG, pa.Table.from_pylist(misses, schema=r.UNMAPPED))
-                        misses = []
+                        self._rows.append(item.row)
+                    yield from self._full_tables()  # a log of millions of damaged units, too
         except Exception as error:
             # A foreign or damaged file makes a format's library raise
             # anything; the file fails alone and the report names the fault.
@@ -247,10 +282,6 @@ class ImportLogFn(beam.DoFn):
             self._failed.inc()
             report["error"] = r.bounded(str(error) if skipped else f"{type(error).__name__}: {error}")
             report["skipped"] = bool(skipped)
-        if rows:
-            yield pa.Table.from_pylist(rows, schema=self._schema)
-        if misses:
-            yield beam.pvalue.TaggedOutput(UNMAPPED_TAG, pa.Table.from_pylist(misses, schema=r.UNMAPPED))
         self._trajectories.inc(report["trajectories"])
         self._unmapped.inc(report["unmapped"])
         report["unmapped_by_reason"] = dict(sorted(report["unmapped_by_reason"].items()))
@@ -336,18 +367,17 @@ class ImportLogs(beam.PTransform):
     the sample score kept as the harness's own verdict; `max_sample_mib`
     (Inspect logs) bounds one sample's decompressed record; `identity_attributes`
     (OTel, comma-separated) the ordered span attributes that name the acting identity;
-    `units_per_part` the units one work item reads of a log the format splits
+    `bytes_per_part` the bytes one work item reads of a log the format splits
     (None: the format's default).
     """
 
     def __init__(self, log_format: str, patterns, principal: str, harness_verdict: str | None = None,
                  max_sample_mib: float | None = None, identity_attributes: str | None = None,
-                 units_per_part: int | None = None):
+                 bytes_per_part: int | None = None):
         super().__init__()
         module = importer(log_format)
-        if units_per_part is not None and not units_per_part >= 1:
-            raise ValueError(f"units_per_part {units_per_part}: expected a positive number of units")
-        self._units_per_part = units_per_part or getattr(module, "SAMPLES_PER_PART", None)
+        if bytes_per_part is not None and not bytes_per_part >= 1:
+            raise ValueError(f"bytes_per_part {bytes_per_part}: expected a positive number of bytes")
         if not principal:
             raise ValueError("the default principal must be a non-empty string")
         self._options: dict[str, Any] = {}
@@ -375,14 +405,14 @@ class ImportLogs(beam.PTransform):
         self.identity_header = {} if tried is None else {"identity_attributes": list(tried)}
         self._format, self._principal = log_format, principal
         self.files = match_logs(list(patterns), module.SUFFIXES)
+        # Known from the files' sizes, so that each work item is created on its own (a runner spreads those).
+        self.parts = plan_parts(self.files, module, bytes_per_part or getattr(module, "BYTES_PER_PART", None))
         self.schema = r.shard_schema(module.EXTRA_FIELDS)
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
         imported = (
             pbegin
-            | "Log files" >> beam.Create(self.files, reshuffle=False)
-            | "Spread logs" >> beam.Reshuffle()
-            | "Plan parts" >> beam.ParDo(PlanPartsFn(self._format, self._units_per_part))
+            | "Log parts" >> beam.Create(self.parts, reshuffle=False)
             # One part is one unit of work, spread over the workers: a big log's ranges too.
             | "Spread parts" >> beam.Reshuffle()
             | "Import part"
