@@ -244,6 +244,69 @@ def test_one_bad_sample_fails_alone_and_the_header_is_accounted_for(tmp_path, su
     assert manifest["totals"]["not_imported"] == {"units": 1, "calls": 0}
 
 
+def _json_log(log, out, change):
+    """The .eval `log` written by Inspect as one JSON document at `out`, its document changed by `change`."""
+    from inspect_ai.log import read_eval_log, write_eval_log
+
+    write_eval_log(read_eval_log(str(log)), str(out), format="json")
+    document = json.loads(out.read_text(encoding="utf-8"))
+    change(document)
+    out.write_text(json.dumps(document), encoding="utf-8")
+    return out
+
+
+def test_a_json_logs_records_are_matched_to_its_header_in_the_files_order(tmp_path):
+    """A .json log read record by record: the header lists s0-s7, the file holds every one
+    but s2, then s8 and a second copy of s5. s2 is sample_not_in_log, s8 and the copy are
+    beyond the header (imported and named), and the units reconcile."""
+    def change(document):
+        document["eval"]["dataset"]["sample_ids"] = [f"s{i}" for i in range(8)]
+        records = [record for record in document["samples"] if record["id"] != "s2"]
+        document["samples"] = records + [next(record for record in records if record["id"] == "s5")]
+
+    log = _json_log(inspect_logs.many_samples_log(tmp_path / "logs", 9), tmp_path / "beyond.json", change)
+    assert run_import("inspect", [log], tmp_path / "shards") == 4
+    [report] = check_accounting(tmp_path / "shards")["files"]
+    assert (report["units_declared"], report["units"], report["trajectories"]) == (10, 10, 9)
+    assert report["facts"]["samples_beyond_header"] == 2
+    assert sorted(report["facts"]["samples_beyond_header_first"]) == ["sample 's5' epoch 1", "sample 's8' epoch 1"]
+    [entry] = read_rows(tmp_path / "shards" / "unmapped")
+    assert (entry["position"], entry["reason"]) == ("sample 's2' epoch 1", "sample_not_in_log")
+
+
+def test_a_json_logs_memory_does_not_grow_with_its_samples(tmp_path, monkeypatch):
+    """Read whole, a .json log took about eight times its size; read record by record, a
+    log of ten times the samples peaks at much the same (tracemalloc, the reader consumed;
+    the scan's chunk made smaller than either log)."""
+    import tracemalloc
+
+    from litmus_score.importers import jsonsamples
+    from litmus_score.importers.inspect import read_log
+
+    monkeypatch.setattr(jsonsamples, "CHUNK_BYTES", 2**18)
+
+    log = inspect_logs.many_samples_log(tmp_path / "logs", 20)
+
+    def copies(times: int):
+        def change(document):
+            records = document["samples"]
+            document["samples"] = [dict(record, id=f"{record['id']}-{n}") for n in range(times) for record in records]
+            document["eval"]["dataset"]["sample_ids"] = [record["id"] for record in document["samples"]]
+        return change
+
+    def peak(times: int) -> int:
+        path = _json_log(log, tmp_path / f"x{times}.json", copies(times))
+        tracemalloc.start()
+        items = sum(1 for _ in read_log(str(path), str(path), "agent"))
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert items == 1 + 20 * times
+        return peak
+
+    small, large = peak(10), peak(100)
+    assert large < 1.5 * small
+
+
 def test_score_without_a_policy_stops_where_only_a_policy_gives_verdicts(logs, tmp_path, capsys):
     """Imported logs record no verdict: no --policy is a usage error (exit 2, one line), before any work."""
     output = tmp_path / "out"

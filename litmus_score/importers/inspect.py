@@ -29,8 +29,8 @@ from datetime import datetime
 
 import pyarrow as pa
 
+from litmus_score.importers import jsonsamples, zipmembers
 from litmus_score.importers import rows as r
-from litmus_score.importers import zipmembers
 
 FORMAT = "inspect"
 # read_log's options beyond the principal (litmus-score import --harness_verdict).
@@ -577,8 +577,9 @@ def read_log(local_path: str, source: str, principal: str, harness_verdict: str 
     The log is opened once. An .eval log's sample members are read one at a
     time (plan_log, read_range), each parsed as JSON and mapped from the
     parsed record (Inspect's pydantic models are only asked, for a record
-    that cannot be mapped, what is wrong with it); a .json log is one
-    document, parsed once. Either way a sample that cannot be read or
+    that cannot be mapped, what is wrong with it); a .json log's records
+    are found by a scan of the document (jsonsamples) and each read and
+    parsed on its own, in the file's order. Either way a sample that cannot be read or
     mapped fails alone, and an .eval record larger than `max_sample_mib`
     decompressed is not read at all. The file's units are the samples and
     epochs its header lists, plus the samples it holds beyond them
@@ -599,41 +600,53 @@ def _read_json_log(local_path: str, source: str, principal: str, harness_verdict
     from inspect_ai.log import EvalLog
 
     harness = HarnessVerdict.parse(harness_verdict) if harness_verdict is not None else None
-    records = _JsonRecords(local_path)
-    # The header is the document without its samples, parsed once with them (Inspect's reader would parse it again).
-    header = EvalLog.model_validate(records.header)
-    spec = header.eval
-    if spec.dataset.sample_ids is None:
-        raise ValueError("the log's header lists no sample ids (read and re-write it with Inspect to add them)")
-    expected = [(sample_id, epoch) for sample_id in spec.dataset.sample_ids
-                for epoch in range(1, (spec.config.epochs or 1) + 1)]
-    beyond = records.beyond(expected)
-    facts: dict = {"status": header.status, "eval_id": spec.eval_id, "task": spec.task}
+    with open(local_path, "rb") as handle:
+        found = jsonsamples.layout(handle)
+        document = _parse_json(found.header)
+        if not isinstance(document, dict):
+            raise ValueError("not an Inspect log (a JSON object)")
+        header = EvalLog.model_validate(document)
+        spec = header.eval
+        if spec.dataset.sample_ids is None:
+            raise ValueError("the log's header lists no sample ids (read and re-write it with Inspect to add them)")
+        missing = {(sample_id, epoch): None for sample_id in spec.dataset.sample_ids
+                   for epoch in range(1, (spec.config.epochs or 1) + 1)}
+        declared = len(missing)
+        facts: dict = {"status": header.status, "eval_id": spec.eval_id, "task": spec.task}
+        yield r.FileSummary(facts, units_declared=declared)
+        eval_facts = EvalFacts(spec.run_id, spec.eval_id, spec.model, spec.task)
+        beyond: list = []
+        # The records in the file's order, each read and parsed on its own; a
+        # record the header does not list (or lists once, held twice) is one beyond it.
+        for start, stop in found.spans:
+            handle.seek(start)
+            record = _parse_json(handle.read(stop - start))
+            if not isinstance(record, dict):
+                continue
+            key = (record.get("id"), record.get("epoch"))
+            if key in missing:
+                del missing[key]
+            else:
+                beyond.append(_where(*key))
+            yield from _import_sample(lambda record=record: record, _where(*key), eval_facts, source, principal,
+                                      harness)
+    for sample_id, epoch in missing:
+        yield r.Unmapped(_where(sample_id, epoch), "sample_not_in_log",
+                         f"the header lists it; the log (status {header.status}) holds no record of it", unit=True)
     if beyond:
-        facts["samples_beyond_header"] = len(beyond)
-        facts["samples_beyond_header_first"] = [_where(*key) for key, _ in beyond[:_NAMED_BEYOND]]
-    yield r.FileSummary(facts, units_declared=len(expected) + len(beyond))
-    eval_facts = EvalFacts(spec.run_id, spec.eval_id, spec.model, spec.task)
-    for sample_id, epoch in expected:
-        yield from _import_sample(records.read(sample_id, epoch), _where(sample_id, epoch), eval_facts, source,
-                                  principal, harness, header.status)
-    for key, read in beyond:
-        yield from _import_sample(read, _where(*key), eval_facts, source, principal, harness, header.status)
+        yield r.FileSummary({"samples_beyond_header": len(beyond),
+                             "samples_beyond_header_first": beyond[:_NAMED_BEYOND]},
+                            units_declared=declared + len(beyond))
 
 
 # How many of the samples beyond a header the file's report names.
 _NAMED_BEYOND = 20
 
 
-def _import_sample(read, where: str, spec: EvalFacts, source: str, principal: str, harness,
-                   status: str | None = None) -> Iterator:
+def _import_sample(read, where: str, spec: EvalFacts, source: str, principal: str, harness) -> Iterator:
     """The Trajectory and Unmapped items of one sample; `read()` returns its record."""
     try:
         record = read()
-    except KeyError:
-        yield r.Unmapped(where, "sample_not_in_log",
-                         f"the header lists it; the log (status {status}) holds no record of it", unit=True)
-        return
     except SampleTooLarge as error:
         yield r.Unmapped(where, "sample_too_large", str(error), unit=True)
         return
@@ -687,29 +700,3 @@ def _member_record(handle, member: zipmembers.Member, limit: int) -> dict:
     if not isinstance(record, dict):
         raise ValueError(f"{member.name} holds no sample record")
     return record
-
-
-class _JsonRecords:
-    """A .json log's header (the document but its samples) and its sample
-    records: the document parsed once (it holds every sample), each record
-    mapped on its own."""
-
-    def __init__(self, local_path: str):
-        with open(local_path, "rb") as handle:
-            document = _parse_json(handle.read())
-        if not isinstance(document, dict):
-            raise ValueError("not an Inspect log (a JSON object)")
-        records = document.pop("samples", None)
-        self.header = document
-        self._by_key = {(record.get("id"), record.get("epoch")): record
-                        for record in records or () if isinstance(record, dict)}
-
-    def read(self, sample_id, epoch):
-        def record():
-            return self._by_key.pop((sample_id, epoch))  # KeyError: not in the log
-        return record
-
-    def beyond(self, expected) -> list:
-        """((id, epoch), read) of the records the header does not list."""
-        listed = set(expected)
-        return [(key, (lambda key=key: self._by_key.pop(key))) for key in self._by_key if key not in listed]
