@@ -228,10 +228,14 @@ def _write_malloc_setting(path):
 
 
 @pytest.mark.engine
-def test_the_local_clusters_workers_keep_glibcs_own_malloc_tuning(tmp_path):
+def test_the_local_clusters_workers_keep_glibcs_own_malloc_tuning(tmp_path, monkeypatch):
     # Dask's nanny sets MALLOC_TRIM_THRESHOLD_=65536, which fixes glibc's mmap
-    # threshold too: a large import ran 1.55x slower (docs/runners.md).
+    # threshold too: a large import ran 1.55x slower (docs/runners.md). A nanny
+    # also leaves it in its own process's environment, so another test's
+    # cluster would leak it into this one's workers.
     from pipeline.dask_runner import DaskRunner
+
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
 
     seen = tmp_path / "seen"
     pipeline = beam.Pipeline(runner=DaskRunner(), options=PipelineOptions(["--dask_local_workers", "1"]))

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.conftest import RUNNER
-from tests.importers_support import check_accounting, load_json, read_rows, require, run_import
+from tests.importers_support import check_accounting, lines_run, load_json, read_rows, require, run_import
 
 require("agentdojo")
 from pipeline.cli import main  # noqa: E402
@@ -147,43 +147,13 @@ def _ground_truth_episode(logdir, calls: int) -> dict:
     return document
 
 
-class _OverBudget(Exception):
-    pass
-
-
-def _lines_run(function, budget: int) -> int:
-    """How many lines of litmus_score/importers/agentdojo.py `function()` runs; _OverBudget past `budget`."""
-    import sys
-
-    from litmus_score.importers import agentdojo as importer
-
-    count = 0
-
-    def count_line(frame, event, arg):
-        nonlocal count
-        count += 1
-        if count > budget:
-            raise _OverBudget(count)
-        return count_line
-
-    def trace(frame, event, arg):
-        return count_line if frame.f_code.co_filename == importer.__file__ else None
-
-    previous = sys.gettrace()
-    sys.settrace(trace)
-    try:
-        function()
-    finally:
-        sys.settrace(previous)
-    return count
-
-
 def test_id_less_calls_are_answered_in_order_in_linear_work(logdir):
     """Ground-truth calls have no id: the n-th result answers the n-th call, every one of
     them, and a message of 20,000 calls costs about ten times one of 2,000 (a quadratic
     match, a hundred)."""
     from agentdojo.benchmark import TaskResults
 
+    from litmus_score.importers import agentdojo
     from litmus_score.importers.agentdojo import map_episode
 
     def episode(calls: int):
@@ -193,6 +163,6 @@ def test_id_less_calls_are_answered_in_order_in_linear_work(logdir):
     assert unmapped == []
     assert [json.loads(call["commit"]["resolved_arguments"])["amount"] for call in trajectory.row["calls"]] == [0, 1, 2]
     small_episode, large_episode = episode(2_000), episode(20_000)
-    small = _lines_run(lambda: map_episode(small_episode, "v", "log", "agent"), budget=10**9)
-    large = _lines_run(lambda: map_episode(large_episode, "v", "log", "agent"), budget=12 * small)
+    small = lines_run(agentdojo, lambda: map_episode(small_episode, "v", "log", "agent"), budget=10**9)
+    large = lines_run(agentdojo, lambda: map_episode(large_episode, "v", "log", "agent"), budget=12 * small)
     assert 9 * small <= large <= 12 * small

@@ -8,7 +8,7 @@ import apache_beam as beam
 import pytest
 
 from tests.conftest import RUNNER
-from tests.importers_support import check_accounting, load_json, read_rows, require, run_import
+from tests.importers_support import check_accounting, lines_run, load_json, read_rows, require, run_import
 
 require("inspect_ai")
 from pipeline.cli import main  # noqa: E402
@@ -455,48 +455,18 @@ def _calls_sample(calls: int) -> list:
     return events
 
 
-class _OverBudget(Exception):
-    pass
-
-
-def _lines_run(function, budget: int) -> int:
-    """How many lines of litmus_score/importers/inspect.py `function()` runs; _OverBudget past `budget`."""
-    import sys
-
-    from litmus_score.importers import inspect as importer
-
-    count = 0
-
-    def count_line(frame, event, arg):
-        nonlocal count
-        count += 1
-        if count > budget:
-            raise _OverBudget(count)
-        return count_line
-
-    def trace(frame, event, arg):
-        return count_line if frame.f_code.co_filename == importer.__file__ else None
-
-    previous = sys.gettrace()
-    sys.settrace(trace)
-    try:
-        function()
-    finally:
-        sys.settrace(previous)
-    return count
-
-
 def test_mapping_a_sample_is_linear_in_its_calls():
     """Each call's state change is found without walking every changed span again:
     a sample of 20,000 calls costs about ten times one of 2,000 (a quadratic walk, a hundred)."""
+    from litmus_score.importers import inspect
     from litmus_score.importers.inspect import map_calls
 
     def mapped(calls):
         events = _calls_sample(calls)
         return lambda: map_calls(events, [], "agent", "sample", "t")
 
-    small = _lines_run(mapped(2_000), budget=10**9)
-    large = _lines_run(mapped(20_000), budget=12 * small)
+    small = lines_run(inspect, mapped(2_000), budget=10**9)
+    large = lines_run(inspect, mapped(20_000), budget=12 * small)
     assert 9 * small <= large <= 12 * small
     calls, unmapped = map_calls(_calls_sample(3), [], "agent", "sample", "t")
     assert unmapped == [] and [call["commit"]["state_mutated"] for call in calls] == [True] * 3
