@@ -15,13 +15,17 @@ benchmark prints:
   every imported sample's row equals the small log's row of the sample it
   was copied from (all but its ids and position).
 
-    python benchmarks/import_inspect.py [--base 1000] [--scales 1,10,100]
+With --dask_workers 1,2 each log is also imported on a local Dask cluster
+of one worker, then of two (`--runner dask --dask_local_workers N`).
+
+    python benchmarks/import_inspect.py [--base 1000] [--scales 1,10,100] [--dask_workers 1,2]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -134,20 +138,35 @@ def _high_water_mib(pid: int) -> float:
         return 0.0
 
 
-def import_once(log: Path, output: Path) -> tuple:
-    """(wall seconds, peak RSS in MiB) of one import process.
+def _tree(pid: int) -> list:
+    """The process and its descendants (a Dask cluster's workers), from /proc."""
+    found, pending = [], [pid]
+    while pending:
+        current = pending.pop()
+        found.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*/children"):
+            try:
+                pending += [int(child) for child in task.read_text().split()]
+            except OSError:
+                pass
+    return found
+
+
+def import_once(log: Path, output: Path, log_format: str = "inspect", *beam_flags: str) -> tuple:
+    """(wall seconds, the largest peak RSS in MiB of the import's processes) of one import
+    (FnApiRunner unless `beam_flags` say otherwise).
 
     The peak is polled from /proc rather than taken from wait4's ru_maxrss,
     which also counts the pages the child shared with this (large) process
     between fork and exec.
     """
-    command = [sys.executable, "-m", "pipeline", "import", "inspect", str(log), "--output", str(output),
-               "--runner", "FnApiRunner"]
+    command = [sys.executable, "-m", "pipeline", "import", log_format, str(log), "--output", str(output),
+               *(beam_flags or ("--runner", "FnApiRunner"))]
     start = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     peak = 0.0
     while process.poll() is None:
-        peak = max(peak, _high_water_mib(process.pid))
+        peak = max([peak, *(_high_water_mib(pid) for pid in _tree(process.pid))])
         time.sleep(0.05)
     elapsed = time.perf_counter() - start
     if process.returncode != 0:
@@ -187,27 +206,40 @@ def check_outputs(small_rows: dict, output: Path, scale: int) -> None:
         assert row == small_rows[sample_id.split("-copy")[0]], sample_id
 
 
+def _runs(dask_workers: str) -> list:
+    """(label, Beam flags) of each import to time: FnApiRunner, then Dask with each number of workers."""
+    runs = [("FnApiRunner", ("--runner", "FnApiRunner"))]
+    for workers in filter(None, dask_workers.split(",")):
+        runs.append((f"dask x{workers}", ("--runner", "dask", "--dask_local_workers", workers)))
+    return runs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", type=int, default=1000, help="samples of the small log")
     parser.add_argument("--scales", default="1,10,100", help="comma-separated multiples of the small log")
+    parser.add_argument("--dask_workers", default="", help="also import each log on a local Dask cluster of "
+                                                             "these numbers of workers, in turn (e.g. 1,2)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="litmus-import-bench-") as work:
         work = Path(work)
         small = small_log(seed_log(work / "seed"), args.base, work / "small.eval")
         import_once(small, work / "out-small")
         small_rows = _rows_by_origin(work / "out-small")
-        print(f"{'samples':>8} {'log MiB':>8} {'reader/s':>9} {'import s':>9} {'import/s':>9} "
+        print(f"{'samples':>8} {'log MiB':>8} {'reader/s':>9} {'runner':>12} {'import s':>9} {'import/s':>9} "
               f"{'peak RSS MiB':>13}  outputs")
         for scale in (int(n) for n in args.scales.split(",")):
             samples = args.base * scale
             log = scaled_log(small, scale, work / f"log-{samples}.eval")
             rate = reader_rate(log)
-            elapsed, peak = import_once(log, work / f"out-{samples}")
-            check_accounting(work / f"out-{samples}", samples)
-            check_outputs(small_rows, work / f"out-{samples}", scale)
-            print(f"{samples:>8} {log.stat().st_size / 2**20:>8.1f} {rate:>9.0f} {elapsed:>9.1f} "
-                  f"{samples / elapsed:>9.0f} {peak:>13.0f}  reconcile, equal the small log's")
+            for label, flags in _runs(args.dask_workers):
+                output = work / f"out-{samples}-{label.replace(' ', '')}"
+                elapsed, peak = import_once(log, output, "inspect", *flags)
+                check_accounting(output, samples)
+                check_outputs(small_rows, output, scale)
+                print(f"{samples:>8} {log.stat().st_size / 2**20:>8.1f} {rate:>9.0f} {label:>12} {elapsed:>9.1f} "
+                      f"{samples / elapsed:>9.0f} {peak:>13.0f}  reconcile, equal the small log's", flush=True)
+                shutil.rmtree(output)
             log.unlink()
 
 

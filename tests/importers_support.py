@@ -71,3 +71,34 @@ def check_accounting(output: Path) -> dict:
     assert [entry["path"] for entry in manifest["outputs"]] == sorted(
         str(p.relative_to(output)) for p in output.rglob("*.parquet"))
     return manifest
+
+
+class OverBudget(Exception):
+    """More lines ran than lines_run's budget."""
+
+
+def lines_run(module, function, budget: int) -> int:
+    """How many lines of `module`'s own file `function()` runs (a measure of work that
+    does not depend on the machine's speed); OverBudget past `budget`, so that a
+    quadratic run stops early."""
+    import sys
+
+    count = 0
+
+    def count_line(frame, event, arg):
+        nonlocal count
+        count += 1
+        if count > budget:
+            raise OverBudget(count)
+        return count_line
+
+    def trace(frame, event, arg):
+        return count_line if frame.f_code.co_filename == module.__file__ else None
+
+    previous = sys.gettrace()
+    sys.settrace(trace)
+    try:
+        function()
+    finally:
+        sys.settrace(previous)
+    return count

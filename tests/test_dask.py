@@ -216,3 +216,29 @@ def test_a_pardo_whose_side_input_comes_from_its_own_chain_waits_for_it(tmp_path
     outcome.wait_until_finish()
     outcome.client.close()
     assert sorted(path.name for path in tmp_path.glob("share-*")) == ["share-1of14", "share-4of14", "share-9of14"]
+
+
+def _write_malloc_setting(path):
+    def write(_):
+        import os
+
+        with open(path, "w") as out:
+            out.write(repr(os.environ.get("MALLOC_TRIM_THRESHOLD_")))
+    return write
+
+
+@pytest.mark.engine
+def test_the_local_clusters_workers_keep_glibcs_own_malloc_tuning(tmp_path, monkeypatch):
+    # Dask's nanny sets MALLOC_TRIM_THRESHOLD_=65536, which fixes glibc's mmap
+    # threshold too: a large import ran 1.55x slower (docs/runners.md). A nanny
+    # also leaves it in its own process's environment, so another test's
+    # cluster would leak it into this one's workers.
+    from pipeline.dask_runner import DaskRunner
+
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+
+    seen = tmp_path / "seen"
+    pipeline = beam.Pipeline(runner=DaskRunner(), options=PipelineOptions(["--dask_local_workers", "1"]))
+    pipeline | beam.Create([None]) | beam.Map(_write_malloc_setting(str(seen)))
+    pipeline.run().wait_until_finish()
+    assert seen.read_text() == "None"

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.conftest import RUNNER
-from tests.importers_support import check_accounting, load_json, read_rows, require, run_import
+from tests.importers_support import check_accounting, lines_run, load_json, read_rows, require, run_import
 
 require("agentdojo")
 from pipeline.cli import main  # noqa: E402
@@ -130,3 +130,39 @@ def test_results_answer_calls_by_id_and_an_orphan_result_is_unmapped(logdir):
     assert [(u.position, u.reason, u.call) for u in unmapped] == [("message 2", "tool_result_without_proposal", True)]
     # The orphan is a call the log shows: counted, so the trajectory is unscored, not scored shorter.
     assert mapped.row["call_count"] == 2 and unmapped[0].trajectory_id == mapped.row["trajectory_id"]
+
+
+def _ground_truth_episode(logdir, calls: int) -> dict:
+    """An episode of the folder whose assistant message proposes `calls` id-less calls
+    (as AgentDojo's ground-truth pipeline writes them), each answered in order."""
+    path = next(p for p in sorted(logdir.rglob("*.json")) if "replay-allowed" in str(p))
+    document = json.loads(path.read_text())
+    messages = document["messages"]
+    at = next(i for i, m in enumerate(messages) if m["role"] == "assistant" and m.get("tool_calls"))
+    proposed, answer = messages[at]["tool_calls"][0], messages[at + 1]
+    proposals = [{**proposed, "id": None, "args": {**proposed["args"], "amount": n}} for n in range(calls)]
+    answers = [{**answer, "tool_call_id": None, "tool_call": proposal} for proposal in proposals]
+    document["messages"] = [*messages[:at], {**messages[at], "tool_calls": proposals}, *answers,
+                            *messages[at + 1 + len(messages[at]["tool_calls"]):]]
+    return document
+
+
+def test_id_less_calls_are_answered_in_order_in_linear_work(logdir):
+    """Ground-truth calls have no id: the n-th result answers the n-th call, every one of
+    them, and a message of 20,000 calls costs about ten times one of 2,000 (a quadratic
+    match, a hundred)."""
+    from agentdojo.benchmark import TaskResults
+
+    from litmus_score.importers import agentdojo
+    from litmus_score.importers.agentdojo import map_episode
+
+    def episode(calls: int):
+        return TaskResults(**_ground_truth_episode(logdir, calls))
+
+    trajectory, unmapped = map_episode(episode(3), agentdojo_logs.BENCHMARK_VERSION, "log", "agent")
+    assert unmapped == []
+    assert [json.loads(call["commit"]["resolved_arguments"])["amount"] for call in trajectory.row["calls"]] == [0, 1, 2]
+    small_episode, large_episode = episode(2_000), episode(20_000)
+    small = lines_run(agentdojo, lambda: map_episode(small_episode, "v", "log", "agent"), budget=10**9)
+    large = lines_run(agentdojo, lambda: map_episode(large_episode, "v", "log", "agent"), budget=12 * small)
+    assert 9 * small <= large <= 12 * small

@@ -8,7 +8,7 @@ import apache_beam as beam
 import pytest
 
 from tests.conftest import RUNNER
-from tests.importers_support import check_accounting, load_json, read_rows, require, run_import
+from tests.importers_support import check_accounting, lines_run, load_json, read_rows, require, run_import
 
 require("inspect_ai")
 from pipeline.cli import main  # noqa: E402
@@ -146,18 +146,17 @@ def test_json_logs_import_like_eval_logs(tmp_path):
     assert check_accounting(tmp_path / "shards")["files"][0]["file"] == str(log)
 
 
-def test_a_corrupt_or_truncated_log_fails_alone(logs, tmp_path):
+def test_a_corrupt_or_foreign_log_fails_alone(logs, tmp_path):
+    """A cut log is recovered up to the cut (test_import_split.py)."""
     good = logs["five"]
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "garbage.eval").write_bytes(b"not a zip archive at all")
-    data = good.read_bytes()
-    (broken / "truncated.eval").write_bytes(data[: len(data) // 2])
     (broken / "foreign.json").write_text('{"hello": "world"}')
     code = run_import("inspect", [good, broken], tmp_path / "shards")
     assert code == 4
     manifest = check_accounting(tmp_path / "shards")
-    failed = ("garbage.eval", "truncated.eval", "foreign.json")
+    failed = ("garbage.eval", "foreign.json")
     assert sorted(manifest["failed_files"]) == sorted(str(broken / n) for n in failed)
     assert all(report["error"] for report in manifest["files"] if report["file"] != str(good))
     assert manifest["totals"]["trajectories"] == 1
@@ -243,6 +242,69 @@ def test_one_bad_sample_fails_alone_and_the_header_is_accounted_for(tmp_path, su
     assert (entry["position"], entry["reason"], entry["unit"]) == ("sample 's3' epoch 1", "sample_unreadable", True)
     assert "ValidationError" in entry["detail"]
     assert manifest["totals"]["not_imported"] == {"units": 1, "calls": 0}
+
+
+def _json_log(log, out, change):
+    """The .eval `log` written by Inspect as one JSON document at `out`, its document changed by `change`."""
+    from inspect_ai.log import read_eval_log, write_eval_log
+
+    write_eval_log(read_eval_log(str(log)), str(out), format="json")
+    document = json.loads(out.read_text(encoding="utf-8"))
+    change(document)
+    out.write_text(json.dumps(document), encoding="utf-8")
+    return out
+
+
+def test_a_json_logs_records_are_matched_to_its_header_in_the_files_order(tmp_path):
+    """A .json log read record by record: the header lists s0-s7, the file holds every one
+    but s2, then s8 and a second copy of s5. s2 is sample_not_in_log, s8 and the copy are
+    beyond the header (imported and named), and the units reconcile."""
+    def change(document):
+        document["eval"]["dataset"]["sample_ids"] = [f"s{i}" for i in range(8)]
+        records = [record for record in document["samples"] if record["id"] != "s2"]
+        document["samples"] = records + [next(record for record in records if record["id"] == "s5")]
+
+    log = _json_log(inspect_logs.many_samples_log(tmp_path / "logs", 9), tmp_path / "beyond.json", change)
+    assert run_import("inspect", [log], tmp_path / "shards") == 4
+    [report] = check_accounting(tmp_path / "shards")["files"]
+    assert (report["units_declared"], report["units"], report["trajectories"]) == (10, 10, 9)
+    assert report["facts"]["samples_beyond_header"] == 2
+    assert sorted(report["facts"]["samples_beyond_header_first"]) == ["sample 's5' epoch 1", "sample 's8' epoch 1"]
+    [entry] = read_rows(tmp_path / "shards" / "unmapped")
+    assert (entry["position"], entry["reason"]) == ("sample 's2' epoch 1", "sample_not_in_log")
+
+
+def test_a_json_logs_memory_does_not_grow_with_its_samples(tmp_path, monkeypatch):
+    """Read whole, a .json log took about eight times its size; read record by record, a
+    log of ten times the samples peaks at much the same (tracemalloc, the reader consumed;
+    the scan's chunk made smaller than either log)."""
+    import tracemalloc
+
+    from litmus_score.importers import jsonsamples
+    from litmus_score.importers.inspect import read_log
+
+    monkeypatch.setattr(jsonsamples, "CHUNK_BYTES", 2**18)
+
+    log = inspect_logs.many_samples_log(tmp_path / "logs", 20)
+
+    def copies(times: int):
+        def change(document):
+            records = document["samples"]
+            document["samples"] = [dict(record, id=f"{record['id']}-{n}") for n in range(times) for record in records]
+            document["eval"]["dataset"]["sample_ids"] = [record["id"] for record in document["samples"]]
+        return change
+
+    def peak(times: int) -> int:
+        path = _json_log(log, tmp_path / f"x{times}.json", copies(times))
+        tracemalloc.start()
+        items = sum(1 for _ in read_log(str(path), str(path), "agent"))
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert items == 1 + 20 * times
+        return peak
+
+    small, large = peak(10), peak(100)
+    assert large < 1.5 * small
 
 
 def test_score_without_a_policy_stops_where_only_a_policy_gives_verdicts(logs, tmp_path, capsys):
@@ -393,48 +455,18 @@ def _calls_sample(calls: int) -> list:
     return events
 
 
-class _OverBudget(Exception):
-    pass
-
-
-def _lines_run(function, budget: int) -> int:
-    """How many lines of litmus_score/importers/inspect.py `function()` runs; _OverBudget past `budget`."""
-    import sys
-
-    from litmus_score.importers import inspect as importer
-
-    count = 0
-
-    def count_line(frame, event, arg):
-        nonlocal count
-        count += 1
-        if count > budget:
-            raise _OverBudget(count)
-        return count_line
-
-    def trace(frame, event, arg):
-        return count_line if frame.f_code.co_filename == importer.__file__ else None
-
-    previous = sys.gettrace()
-    sys.settrace(trace)
-    try:
-        function()
-    finally:
-        sys.settrace(previous)
-    return count
-
-
 def test_mapping_a_sample_is_linear_in_its_calls():
     """Each call's state change is found without walking every changed span again:
     a sample of 20,000 calls costs about ten times one of 2,000 (a quadratic walk, a hundred)."""
+    from litmus_score.importers import inspect
     from litmus_score.importers.inspect import map_calls
 
     def mapped(calls):
         events = _calls_sample(calls)
         return lambda: map_calls(events, [], "agent", "sample", "t")
 
-    small = _lines_run(mapped(2_000), budget=10**9)
-    large = _lines_run(mapped(20_000), budget=12 * small)
+    small = lines_run(inspect, mapped(2_000), budget=10**9)
+    large = lines_run(inspect, mapped(20_000), budget=12 * small)
     assert 9 * small <= large <= 12 * small
     calls, unmapped = map_calls(_calls_sample(3), [], "agent", "sample", "t")
     assert unmapped == [] and [call["commit"]["state_mutated"] for call in calls] == [True] * 3

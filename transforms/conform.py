@@ -10,6 +10,7 @@ the read stage and by the duplicate index, which reads the key columns alone.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -234,9 +235,12 @@ def _flag_column(flags: dict, reason: str, num_rows: int) -> pa.Array:
     return pa.array(values, pa.string())
 
 
-def conform_batch(batch: pa.RecordBatch, source: str, first_row: int,
+def conform_batch(batch: pa.RecordBatch, source: str, first_row: int | Sequence[int],
                   max_text_bytes: int = DEFAULT_BOUNDS.max_text_bytes):
     """(batch on the contract schema plus provenance, flags and extra columns, issues).
+
+    The provenance is `source` and each row's position in it: from
+    `first_row` on, or, where the rows are not consecutive, one per row.
 
     A column that is absent or of an unreadable type becomes null, which the
     completeness check then reports as missing_field on every row it affects;
@@ -264,7 +268,8 @@ def conform_batch(batch: pa.RecordBatch, source: str, first_row: int,
         columns.append(column)
         fields.append(f)
     columns.append(pa.array([source] * batch.num_rows, pa.string()))
-    columns.append(pa.array(range(first_row, first_row + batch.num_rows), pa.int64()))
+    rows = range(first_row, first_row + batch.num_rows) if isinstance(first_row, int) else first_row
+    columns.append(pa.array(rows, pa.int64()))
     columns.append(_flag_column(flags, c.INVALID_TEXT, batch.num_rows))
     columns.append(_flag_column(flags, c.TOO_LARGE, batch.num_rows))
     fields += s.PROVENANCE + s.READ_FLAGS

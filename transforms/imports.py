@@ -1,12 +1,14 @@
 """The import stages: log files in, contract trajectories, unmapped entries and reports out.
 
-    Log files -> Spread logs -> Import log --> trajectories (pa.Tables)
-                                   |---------> unmapped entries
-                                   +---------> file reports --> import-manifest.json
+    Log parts -> Spread parts -> Import part --> trajectories (pa.Tables)
+                                     |---------> unmapped entries
+                                     +---------> part reports -> Merge reports per file -> import-manifest.json
 
-One log file is one unit of work. A file the format's library cannot read
-(corrupt, truncated, foreign) fails alone: its report names the error, and
-the other files are imported. The mapping itself is the format's module in
+A part is one unit of work: a whole log file, or, where the format cuts its
+files (Inspect .eval logs), a range of its bytes, whose samples it reads, so
+that one big log is read by many workers. A file the format's library cannot
+read (corrupt, foreign) fails alone: its report names the error, and the
+other files are imported. The mapping itself is the format's module in
 litmus_score.importers; the accounting is litmus_score.importers.manifest.
 
 `import` writes the trajectories as shards (ImportLogs, WriteImport);
@@ -16,7 +18,9 @@ as the read stage's batches instead (ImportToScore), with no file between.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import uuid
 from typing import Any
 
@@ -24,10 +28,17 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindows
 
 from litmus_score.importers import importer
 from litmus_score.importers import rows as r
-from litmus_score.importers.manifest import count_trajectory, count_unmapped, manifest_document, new_report
+from litmus_score.importers.manifest import (
+    count_trajectory,
+    count_unmapped,
+    manifest_document,
+    merge_reports,
+    new_report,
+)
 from litmus_score.scoring.layout import IMPORT_MANIFEST_FILE, SHARD_KIND, TRAJECTORIES_DIR, UNMAPPED_DIR
 from litmus_score.scoring.trajectory import DEFAULT_BOUNDS
 from transforms import (
@@ -37,26 +48,52 @@ from transforms import (
 from transforms.conform import conform_batch
 from transforms.elements import Tag
 from transforms.files import to_json, write_text
-from transforms.logfiles import SkippedLog, local_copy, match_logs, not_a_file
+from transforms.logfiles import SkippedLog, local_copy, match_logs, not_a_file, plan_parts
 from transforms.write import FileSet, WriteBundleFn, commit_files
 
 UNMAPPED_TAG, REPORTS_TAG = "unmapped", "reports"
 # Trajectories per emitted table: small enough that a file's rows never pile
 # up in memory, large enough that Parquet row groups are not slivers.
 CHUNK_ROWS = 512
+# The last plans this worker process made, by path and size: a log's ranges
+# reach a worker one by one, and each would otherwise read the log's
+# directory again. Shared by the runner's threads in the process.
+_PLANS: dict = {}
+_PLANS_KEPT = 2
+_PLANS_LOCK = threading.Lock()
 
 
-@beam.typehints.with_input_types(str)
+def _plan(module, path: str, handle):
+    key = (path, handle.seek(0, 2))  # a log rewritten since is planned again
+    with _PLANS_LOCK:
+        plan = _PLANS.get(key)
+    if plan is None:
+        plan = module.plan_log(handle)
+        with _PLANS_LOCK:
+            _PLANS[key] = plan
+            while len(_PLANS) > _PLANS_KEPT:
+                _PLANS.pop(next(iter(_PLANS)))
+    return plan
+
+
+@beam.typehints.with_input_types(tuple[str, tuple[int, int | None] | None])
 class ImportLogFn(beam.DoFn):
-    """A log file -> pa.Tables of trajectories; unmapped entries and one
-    report per file on the tagged outputs."""
+    """A work item, (path, byte range or None for the whole file) -> pa.Tables
+    of trajectories; unmapped entries and one report per work item on the
+    tagged outputs.
+
+    Each trajectory's position is its unit's among the log's units (read in
+    order, whatever the ranges). Rows and entries are gathered over the
+    bundle into tables of about CHUNK_ROWS, so that thousands of small logs
+    (an AgentDojo folder, one episode a file) do not become thousands of
+    one-row tables, and a log of millions of damaged units holds no more
+    than that many entries at once."""
 
     def __init__(self, log_format: str, principal: str, options=None):
         self._format = log_format
         self._principal = principal
         self._options = dict(options or {})
-        self._files = Metrics.counter(NAMESPACE, "logs_imported")
-        self._failed = Metrics.counter(NAMESPACE, "logs_failed")
+        self._failed = Metrics.counter(NAMESPACE, "log_parts_failed")
         self._trajectories = Metrics.counter(NAMESPACE, "trajectories_imported")
         self._unmapped = Metrics.counter(NAMESPACE, "entries_unmapped")
 
@@ -64,30 +101,54 @@ class ImportLogFn(beam.DoFn):
         self._module = importer(self._format)
         self._schema = r.shard_schema(self._module.EXTRA_FIELDS)
 
-    def process(self, path: str):
+    def start_bundle(self):
+        self._tables: list = []
+        self._table_rows = 0
+        self._misses: list = []
+
+    @contextlib.contextmanager
+    def _items(self, path: str, byte_range):
+        """(the position of the first unit read, the importer's items) of a work item."""
+        if byte_range is None:
+            with local_copy(path) as local:
+                yield 0, self._module.read_log(local, path, self._principal, **self._options)
+            return
+        with FileSystems.open(path, compression_type="uncompressed") as handle:
+            plan = _plan(self._module, path, handle)
+            start, stop = byte_range
+            yield (self._module.first_unit(plan, start),
+                   self._module.read_range(handle, path, plan, start, stop, self._principal, **self._options))
+
+    def process(self, work: tuple):
+        path, byte_range = work
         report = new_report(path)
-        rows, misses, first_row = [], [], 0
+        rows, positions = [], []
         skipped = not_a_file(path)
+        self.start_item()
         try:
             if skipped:
                 raise SkippedLog(skipped)
-            with local_copy(path) as local:
-                for item in self._module.read_log(local, path, self._principal, **self._options):
+            with self._items(path, byte_range) as (unit, items):
+                for item in items:
                     if isinstance(item, r.FileSummary):
                         report["facts"].update(item.facts)
                         report["units_declared"] = item.units_declared
                     elif isinstance(item, r.Unmapped):
                         count_unmapped(report, item)
-                        misses.append({"file": path, "position": item.position, "reason": item.reason,
-                                       "detail": r.bounded(item.detail), "unit": item.unit, "call": item.call,
-                                       "trajectory_id": item.trajectory_id})
+                        unit += item.unit
+                        self._misses.append({"file": path, "position": item.position, "reason": item.reason,
+                                             "detail": r.bounded(item.detail), "unit": item.unit,
+                                             "call": item.call, "trajectory_id": item.trajectory_id})
+                        if len(self._misses) >= CHUNK_ROWS:
+                            yield self._unmapped_out()
                     else:
                         count_trajectory(report, item)
                         rows.append(item.row)
-                    if len(rows) >= CHUNK_ROWS:
-                        yield from self.trajectories_out(path, first_row, pa.Table.from_pylist(rows, self._schema))
-                        first_row += len(rows)
-                        rows = []
+                        positions.append(unit)
+                        unit += 1
+                        if len(rows) >= CHUNK_ROWS:
+                            yield from self._gather(path, positions, rows)
+                            rows, positions = [], []
         except Exception as error:
             # A foreign or damaged file makes a format's library raise
             # anything; the file fails alone and the report names the fault.
@@ -97,10 +158,7 @@ class ImportLogFn(beam.DoFn):
             report["error"] = r.bounded(str(error) if skipped else f"{type(error).__name__}: {error}")
             report["skipped"] = bool(skipped)
         if rows:
-            yield from self.trajectories_out(path, first_row, pa.Table.from_pylist(rows, self._schema))
-        if misses:
-            yield beam.pvalue.TaggedOutput(UNMAPPED_TAG, pa.Table.from_pylist(misses, schema=r.UNMAPPED))
-        self._files.inc()
+            yield from self._gather(path, positions, rows)
         self._trajectories.inc(report["trajectories"])
         self._unmapped.inc(report["unmapped"])
         report["unmapped_by_reason"] = dict(sorted(report["unmapped_by_reason"].items()))
@@ -108,37 +166,61 @@ class ImportLogFn(beam.DoFn):
                                          for context, used in report["principal_attribute"].items()}
         yield from self.report_out(report)
 
-    def trajectories_out(self, path: str, first_row: int, table: pa.Table):
-        """What leaves for a table of a file's trajectories, the first of them its `first_row`-th."""
+    def finish_bundle(self):
+        if self._tables:
+            for out in self._gathered():
+                yield GlobalWindows.windowed_value(out)
+        if self._misses:
+            yield self._unmapped_out(GlobalWindows.windowed_value)
+
+    def _gather(self, path: str, positions: list, rows: list):
+        """Keeps a table of a work item's rows (each at its unit's position in
+        `path`); yields what is gathered once it is CHUNK_ROWS."""
+        self._tables.append(pa.Table.from_pylist(rows, schema=self._schema))
+        self._table_rows += len(rows)
+        if self._table_rows >= CHUNK_ROWS:
+            yield from self._gathered()
+
+    def _gathered(self):
+        table = pa.concat_tables(self._tables)
+        self._tables, self._table_rows = [], 0
         yield table
 
+    def _unmapped_out(self, wrap=lambda value: value):
+        table = pa.Table.from_pylist(self._misses, schema=r.UNMAPPED)
+        self._misses = []
+        return beam.pvalue.TaggedOutput(UNMAPPED_TAG, wrap(table))
+
+    def start_item(self):
+        """Called as each work item begins."""
+
     def report_out(self, report: dict):
-        """What leaves for a file's report, once its trajectories have."""
+        """What leaves for a work item's report, once its trajectories are gathered."""
         yield beam.pvalue.TaggedOutput(REPORTS_TAG, report)
 
 
-@beam.typehints.with_input_types(str)
 class ImportToScoreFn(ImportLogFn):
-    """A log file -> its trajectories as the read stage's batches
+    """A work item -> its trajectories as the read stage's batches
     (transforms.read), for the scoring stages: conformed, each row's
-    provenance the log and the trajectory's position among the log's; and,
-    beside its import report, the log's report as an input of the run (a
-    shard's report, its rows the trajectories imported)."""
+    provenance the log and its unit's position among the log's; and, beside
+    its import report, the item's report as an input of the run (a shard's
+    report, its rows the trajectories imported; merged per log)."""
 
     def __init__(self, log_format: str, principal: str, options=None,
                  max_text_bytes: int = DEFAULT_BOUNDS.max_text_bytes):
         super().__init__(log_format, principal, options)
         self._max_text_bytes = max_text_bytes
 
-    def process(self, path: str):
+    def start_item(self):
         self._issues: list = []
-        yield from super().process(path)
 
-    def trajectories_out(self, path: str, first_row: int, table: pa.Table):
-        for batch in table.to_batches():
-            conformed, issues = conform_batch(batch, path, first_row, self._max_text_bytes)
+    def _gather(self, path: str, positions: list, rows: list):
+        """A work item's rows as batches of their own: the scoring stages take
+        a batch's rows to be one file's (its provenance), so no two logs share one."""
+        for batch in pa.Table.from_pylist(rows, schema=self._schema).to_batches():
+            conformed, issues = conform_batch(batch, path, positions[:batch.num_rows], self._max_text_bytes)
+            positions = positions[batch.num_rows:]
             self._issues += [issue for issue in issues if issue not in self._issues]
-            first_row += batch.num_rows
             yield conformed
 
     def report_out(self, report: dict):
@@ -151,6 +233,28 @@ class ImportToScoreFn(ImportLogFn):
             "issues": self._issues, "error": report["error"]})
 
 
+def merge_shard_reports(reports) -> dict:
+    """One log's report as an input of the run, of its work items' (associative,
+    as merge_reports): the rows add up, the issues are all of theirs, sorted,
+    and the error is the least of theirs, whatever the split."""
+    reports = list(reports)
+    merged = dict(reports[0])
+    for key in ("rows_declared", "rows_read"):
+        merged[key] = sum(report[key] for report in reports)
+    merged["issues"] = sorted({issue for report in reports for issue in report["issues"]})
+    errors = [report["error"] for report in reports if report["error"]]
+    merged["error"] = min(errors) if errors else None
+    return merged
+
+
+def _per_file(reports: beam.PCollection, merge, label: str) -> beam.PCollection:
+    """One report a file, of its work items' reports."""
+    return (reports
+            | f"Key {label} by file" >> beam.Map(lambda report: (report["file"], report))
+            | f"Merge {label} per file" >> beam.CombinePerKey(merge)
+            | f"{label.capitalize()} per file" >> beam.Values())
+
+
 class ImportLogs(beam.PTransform):
     """LOGS (files, folders, globs) of one format -> a dict of PCollections:
     trajectories (pa.Tables on `schema`), unmapped (pa.Tables on
@@ -161,13 +265,18 @@ class ImportLogs(beam.PTransform):
     identity where the log names none; `harness_verdict` (Inspect logs) names
     the sample score kept as the harness's own verdict; `max_sample_mib`
     (Inspect logs) bounds one sample's decompressed record; `identity_attributes`
-    (OTel, comma-separated) the ordered span attributes that name the acting identity.
+    (OTel, comma-separated) the ordered span attributes that name the acting
+    identity; `bytes_per_part` the bytes one work item reads of a log its
+    format cuts into ranges (None: the format's own size).
     """
 
     def __init__(self, log_format: str, patterns, principal: str, harness_verdict: str | None = None,
-                 max_sample_mib: float | None = None, identity_attributes: str | None = None):
+                 max_sample_mib: float | None = None, identity_attributes: str | None = None,
+                 bytes_per_part: int | None = None):
         super().__init__()
         module = importer(log_format)
+        if bytes_per_part is not None and not bytes_per_part >= 1:
+            raise ValueError(f"bytes_per_part {bytes_per_part}: expected a positive number of bytes")
         if not principal:
             raise ValueError("the default principal must be a non-empty string")
         self._options: dict[str, Any] = {}
@@ -195,24 +304,27 @@ class ImportLogs(beam.PTransform):
         self.identity_header = {} if tried is None else {"identity_attributes": list(tried)}
         self._format, self._principal = log_format, principal
         self.files = match_logs(list(patterns), module.SUFFIXES)
+        # Known from the files' sizes when the job is built, so that each work item is an element of its own.
+        self.parts = plan_parts(self.files, getattr(module, "SPLITS", ()),
+                                bytes_per_part or getattr(module, "BYTES_PER_PART", None))
         self.schema = r.shard_schema(module.EXTRA_FIELDS)
 
-    def logs(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection[str]:
-        """The matched log files, spread over the workers: one log file is one unit of work."""
+    def parts_of_logs(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection[tuple]:
+        """The work items, spread over the workers: a log, or a range of a big log's bytes."""
         return (pbegin
-                | "Log files" >> beam.Create(self.files, reshuffle=False)
-                | "Spread logs" >> beam.Reshuffle())
+                | "Log parts" >> beam.Create(self.parts, reshuffle=False)
+                | "Spread parts" >> beam.Reshuffle())
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
         imported = (
-            self.logs(pbegin)
-            | "Import log"
+            self.parts_of_logs(pbegin)
+            | "Import part"
             >> beam.ParDo(ImportLogFn(self._format, self._principal, self._options))
             .with_output_types(pa.Table, **{UNMAPPED_TAG: pa.Table, REPORTS_TAG: dict})
             .with_outputs(UNMAPPED_TAG, REPORTS_TAG, main=TRAJECTORIES_DIR)
         )
         return {TRAJECTORIES_DIR: imported[TRAJECTORIES_DIR], UNMAPPED_TAG: imported[UNMAPPED_TAG],
-                REPORTS_TAG: imported[REPORTS_TAG]}
+                REPORTS_TAG: _per_file(imported[REPORTS_TAG], merge_reports, "reports")}
 
 
 class ImportToScore(ImportLogs):
@@ -228,14 +340,16 @@ class ImportToScore(ImportLogs):
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
         imported = (
-            self.logs(pbegin)
-            | "Import log"
+            self.parts_of_logs(pbegin)
+            | "Import part"
             >> beam.ParDo(ImportToScoreFn(self._format, self._principal, self._options, self._max_text_bytes))
             .with_output_types(pa.RecordBatch, **{UNMAPPED_TAG: pa.Table, REPORTS_TAG: dict,
                                                   Tag.SHARD_REPORTS: dict})
             .with_outputs(UNMAPPED_TAG, REPORTS_TAG, Tag.SHARD_REPORTS, main="batches")
         )
-        return {name: imported[name] for name in ("batches", UNMAPPED_TAG, REPORTS_TAG, Tag.SHARD_REPORTS)}
+        return {"batches": imported["batches"], UNMAPPED_TAG: imported[UNMAPPED_TAG],
+                REPORTS_TAG: _per_file(imported[REPORTS_TAG], merge_reports, "reports"),
+                Tag.SHARD_REPORTS: _per_file(imported[Tag.SHARD_REPORTS], merge_shard_reports, "input reports")}
 
 
 _REPORT, _WRITTEN = "report", "written"

@@ -1,5 +1,6 @@
 """The log files an import reads: what its patterns match, which of them are
-opened, and a local copy for the formats' libraries, which open paths."""
+opened, the work items they are cut into, and a local copy for the formats'
+libraries, which open paths."""
 
 from __future__ import annotations
 
@@ -99,6 +100,37 @@ def not_a_file(path: str) -> str | None:
     if not stat.S_ISREG(mode):
         return "skipped: not a regular file (a pipe, socket or device); not opened"
     return None
+
+
+def _size(path: str) -> int | None:
+    """A file's size in bytes without opening it; None where it is no regular file or cannot be had."""
+    if not_a_file(path):
+        return None
+    try:
+        if _is_local(path):
+            return os.stat(path).st_size
+        matched = FileSystems.match([path])[0].metadata_list
+    except (OSError, BeamIOError):
+        return None  # the import names the fault when it opens the file
+    return matched[0].size_in_bytes if len(matched) == 1 else None
+
+
+def plan_parts(files, splits, bytes_per_part: int | None) -> list:
+    """The work items of `files`, (path, (start, stop) or None for the whole
+    file): a file whose name ends in one of `splits` is cut into ranges of
+    `bytes_per_part` bytes, known from its size alone, so that each is created
+    as an element of its own (a runner spreads those, one big log over its
+    workers); every other file is one item."""
+    parts: list = []
+    for path in files:
+        size = _size(path) if bytes_per_part and path.endswith(tuple(splits)) else None
+        if not size or not bytes_per_part:
+            parts.append((path, None))
+            continue
+        # The last range runs to the end (None): whatever the file holds when it is read.
+        parts += [(path, (start, start + bytes_per_part if start + bytes_per_part < size else None))
+                  for start in range(0, size, bytes_per_part)]
+    return parts
 
 
 @contextlib.contextmanager

@@ -84,16 +84,19 @@ def map_episode(result, benchmark_version, source: str, principal: str) -> tuple
             continue
         answers = _answers(messages, index)
         by_id = {answer[1]["tool_call_id"]: answer for answer in answers if answer[1].get("tool_call_id") is not None}
+        answered: set[int] = set()  # message indices of the results matched to a call
         for position, tool_call in enumerate(message["tool_calls"]):
             if tool_call.id is not None:
                 answer = by_id.pop(tool_call.id, None)
             else:
                 # Ground-truth calls have no id: results answer them in order.
                 answer = answers[position] if position < len(answers) else None
-            answers = [a for a in answers if answer is None or a[0] != answer[0]]
+            if answer is not None and answer[0] in answered:
+                answer = None
             arguments = r.arguments_json(tool_call.model_dump(mode="json")["args"])
             commit = None
             if answer is not None:
+                answered.add(answer[0])
                 ran = answer[1]
                 ran_call = ran.get("tool_call")
                 resolved = r.arguments_json(ran_call.model_dump(mode="json")["args"]) if ran_call is not None else None
@@ -102,6 +105,8 @@ def map_episode(result, benchmark_version, source: str, principal: str) -> tuple
             calls.append(r.call(call_id, len(calls), tool_call.function, arguments, r.context(arguments, principal),
                                 commit))
         for i, orphan in answers:
+            if i in answered:
+                continue
             ran_call = orphan.get("tool_call")
             unmapped.append(r.Unmapped(f"message {i}", "tool_result_without_proposal",
                                        r.bounded(f"a result of {ran_call.function if ran_call else None!r} "

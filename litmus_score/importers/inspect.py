@@ -19,6 +19,7 @@ both use it.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 from collections import defaultdict
@@ -28,6 +29,7 @@ from datetime import datetime
 
 import pyarrow as pa
 
+from litmus_score.importers import jsonsamples, zipmembers
 from litmus_score.importers import rows as r
 
 FORMAT = "inspect"
@@ -36,6 +38,8 @@ OPTIONS = ("harness_verdict", "max_sample_mib")
 LIBRARY = "inspect-ai"
 UNITS = "samples"
 SUFFIXES = (".eval", ".json")
+# The files read as many parts, ranges of their bytes (plan_log, read_range): a zip lists where each sample lies.
+SPLITS = (".eval",)
 EXTRA_FIELDS = r.HARNESS + [pa.field("inspect_limit", pa.string()), pa.field("inspect_error", pa.string()),
                             pa.field("inspect_reviews", pa.string())]
 
@@ -427,61 +431,222 @@ class SampleTooLarge(Exception):
     """A sample record beyond the bound on one sample's size."""
 
 
-def read_log(local_path: str, source: str, principal: str, harness_verdict: str | None = None,
-             max_sample_mib: float = DEFAULT_MAX_SAMPLE_MIB) -> Iterator:
-    """FileSummary, then Trajectory and Unmapped items of one log, one sample in memory at a time.
+# The bytes of an .eval log one work item reads: a big log is many work
+# items (about 512 samples of AgentDojo's size each), each of which pays
+# little for its own (a seek per sample).
+BYTES_PER_PART = 2 * 2**20
+# An .eval log's members that are sample records, and the header's.
+_SAMPLES, _HEADER, _START = "samples/", "header.json", "_journal/start.json"
 
-    The log is opened once. An .eval log's sample members are read one at a
-    time, each parsed as JSON and mapped from the parsed record (Inspect's
-    pydantic models are only asked, for a record that cannot be mapped,
-    what is wrong with it); a .json log is one document, parsed once. Either
-    way a sample that cannot be read or mapped fails alone, and a record
-    larger than `max_sample_mib` decompressed is not read at all. The file's
-    units are the samples and epochs its header lists, plus the samples it
-    holds beyond them (Inspect's own reader returns those too), which are
-    imported and named in a second FileSummary. Inspect logs name no acting
-    identity: every principal is the default. `harness_verdict`
-    (HarnessVerdict.parse) names the sample score kept as the harness's verdict.
-    """
-    from inspect_ai.log import read_eval_log
 
-    harness = HarnessVerdict.parse(harness_verdict) if harness_verdict is not None else None
-    limit = int(max_sample_mib * 2**20)
-    header = read_eval_log(local_path, header_only=True)
+@dataclass(frozen=True)
+class EvalFacts:
+    """What mapping a sample needs of its log's header."""
+
+    run_id: str
+    eval_id: str
+    model: str
+    task: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """A sample and epoch of an .eval log: where its record lies, or (`lost`:
+    reason, detail) why it has none to read."""
+
+    sample_id: str | int
+    epoch: int | str
+    member: zipmembers.Member | None
+    lost: tuple | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where an .eval log's samples lie: its units with a record, by the
+    offset of their member (`offsets`, ascending), and those without one
+    (`lost`), with the log's FileSummary and what mapping needs of its header."""
+
+    eval: EvalFacts
+    summary: r.FileSummary
+    offsets: tuple
+    units: tuple
+    lost: tuple
+
+
+def _member_name(sample_id, epoch) -> str:
+    return f"{_SAMPLES}{sample_id}_epoch_{epoch}.json"
+
+
+def _header(handle, by_name: dict, damage: str | None):
+    """The log's header as Inspect reads it: header.json, else (a log whose
+    writer never finished it) the eval spec of _journal/start.json."""
+    from inspect_ai.log import EvalLog
+
+    if _HEADER in by_name:
+        return EvalLog.model_validate(_parse_json(zipmembers.read(handle, by_name[_HEADER], _HEADER_LIMIT)))
+    if _START in by_name:
+        start = _parse_json(zipmembers.read(handle, by_name[_START], _HEADER_LIMIT))
+        return EvalLog.model_validate({"eval": start["eval"]})
+    raise ValueError(f"the log holds neither {_HEADER} nor {_START}" + (f" ({damage})" if damage else ""))
+
+
+# Read whole: a header lists every sample id, far past one sample's bound.
+_HEADER_LIMIT = 2**40
+
+
+def plan_log(handle) -> Plan:
+    """The Plan of the .eval log open as `handle` (seekable), from its zip
+    directory, or, where that cannot be read (a cut or damaged log), from its
+    members' local headers: the samples before the damage are read, and the
+    header's samples with no whole record before it are lost units, named.
+    The units are the samples and epochs the header lists, then the samples
+    the log holds beyond them (Inspect's own reader returns those too)."""
+    found = zipmembers.members(handle)
+    by_name = {member.name: member for member in found.members}  # a name written twice: the last (Inspect's rule)
+    header = _header(handle, by_name, found.damage)
     spec = header.eval
     if spec.dataset.sample_ids is None:
         raise ValueError("the log's header lists no sample ids (read and re-write it with Inspect to add them)")
     expected = [(sample_id, epoch) for sample_id in spec.dataset.sample_ids
                 for epoch in range(1, (spec.config.epochs or 1) + 1)]
-    yield r.FileSummary({"status": header.status, "eval_id": spec.eval_id, "task": spec.task},
-                        units_declared=len(expected))
-    records = _EvalRecords(local_path, limit) if local_path.endswith(".eval") else _JsonRecords(local_path)
-    with records:
-        for sample_id, epoch in expected:
-            yield from _import_sample(records.read(sample_id, epoch), _where(sample_id, epoch), header.status,
-                                      spec, source, principal, harness)
-        beyond = []
-        for (sample_id, epoch), read in records.beyond(expected):
-            beyond.append(_where(sample_id, epoch))
-            yield from _import_sample(read, beyond[-1], header.status, spec, source, principal, harness)
+    where_it_ends = f" before byte {found.end}, where its readable members end" if found.damage else ""
+    absent = ("sample_not_in_log",
+              f"the header lists it; the log (status {header.status}) holds no record of it{where_it_ends}")
+    cut = found.cut.name if found.cut is not None else None
+    truncated = ("sample_truncated", f"{cut}: the log ends inside its record (at byte {found.end} a member of "
+                                     f"{found.cut.compressed_size} compressed bytes begins)") if found.cut else None
+
+    def unit(sample_id, epoch, name: str) -> Unit:
+        member = by_name.pop(name, None)
+        lost = None if member is not None else truncated if name == cut else absent
+        return Unit(sample_id, epoch, member, lost)
+
+    units = [unit(sample_id, epoch, _member_name(sample_id, epoch)) for sample_id, epoch in expected]
+    declared = len(units)
+    beyond = [name for name in by_name if name.startswith(_SAMPLES) and name.endswith(".json")]
+    if cut is not None and cut.startswith(_SAMPLES) and not any(u.lost is truncated for u in units):
+        beyond.append(cut)
+    for name in beyond:
+        sample_id, _, epoch = name[len(_SAMPLES):-len(".json")].rpartition("_epoch_")
+        units.append(unit(sample_id, epoch, name))
+    facts: dict = {"status": header.status, "eval_id": spec.eval_id, "task": spec.task}
+    if len(units) > declared:
+        facts["samples_beyond_header"] = len(units) - declared
+        facts["samples_beyond_header_first"] = [_where(u.sample_id, u.epoch) for u in units[declared:][:_NAMED_BEYOND]]
+    if found.damage:
+        facts["zip_directory_unreadable"] = r.bounded(found.damage)
+        facts["members_read_before_byte"] = found.end
+    readable = sorted(((u.member.offset, u) for u in units if u.member is not None), key=lambda pair: pair[0])
+    return Plan(EvalFacts(spec.run_id, spec.eval_id, spec.model, spec.task),
+                r.FileSummary(facts, units_declared=len(units)), tuple(offset for offset, _ in readable),
+                tuple(u for _, u in readable), tuple(u for u in units if u.member is None))
+
+
+def first_unit(plan: Plan, start: int) -> int:
+    """The position, among the log's units in the order read_range yields
+    them over the whole log, of the first unit a range beginning at `start`
+    yields: the same for a unit however the log is cut into ranges."""
+    return 0 if start == 0 else len(plan.lost) + bisect.bisect_left(plan.offsets, start)
+
+
+def read_range(handle, source: str, plan: Plan, start: int, stop: int | None, principal: str,
+               harness_verdict: str | None = None, max_sample_mib: float = DEFAULT_MAX_SAMPLE_MIB) -> Iterator:
+    """The Trajectory and Unmapped items of the samples whose member begins in
+    bytes [start, stop) of the .eval log open as `handle`, one sample at a
+    time (stop None: to the end). The range that begins the file also yields
+    the log's FileSummary and its units without a record: the ranges that
+    cover a file yield each of its units once, however it is cut into ranges."""
+    harness = HarnessVerdict.parse(harness_verdict) if harness_verdict is not None else None
+    limit = int(max_sample_mib * 2**20)
+    if start == 0:
+        yield plan.summary
+        for unit in plan.lost:
+            reason, detail = unit.lost
+            yield r.Unmapped(_where(unit.sample_id, unit.epoch), reason, detail, unit=True)
+    first = bisect.bisect_left(plan.offsets, start)
+    last = len(plan.offsets) if stop is None else bisect.bisect_left(plan.offsets, stop)
+    for unit in plan.units[first:last]:
+        yield from _import_sample(lambda member=unit.member: _member_record(handle, member, limit),
+                                  _where(unit.sample_id, unit.epoch), plan.eval, source, principal, harness)
+
+
+def read_log(local_path: str, source: str, principal: str, harness_verdict: str | None = None,
+             max_sample_mib: float = DEFAULT_MAX_SAMPLE_MIB) -> Iterator:
+    """FileSummary, then Trajectory and Unmapped items of one log, one sample in memory at a time.
+
+    The log is opened once. An .eval log's sample members are read one at a
+    time (plan_log, read_range), each parsed as JSON and mapped from the
+    parsed record (Inspect's pydantic models are only asked, for a record
+    that cannot be mapped, what is wrong with it); a .json log's records
+    are found by a scan of the document (jsonsamples) and each read and
+    parsed on its own, in the file's order. Either way a sample that cannot be read or
+    mapped fails alone, and an .eval record larger than `max_sample_mib`
+    decompressed is not read at all. The file's units are the samples and
+    epochs its header lists, plus the samples it holds beyond them
+    (Inspect's own reader returns those too), which are imported and named
+    in the FileSummary. Inspect logs name no acting identity: every
+    principal is the default. `harness_verdict` (HarnessVerdict.parse)
+    names the sample score kept as the harness's verdict.
+    """
+    if local_path.endswith(".eval"):
+        with open(local_path, "rb") as handle:
+            yield from read_range(handle, source, plan_log(handle), 0, None, principal, harness_verdict,
+                                  max_sample_mib)
+        return
+    yield from _read_json_log(local_path, source, principal, harness_verdict)
+
+
+def _read_json_log(local_path: str, source: str, principal: str, harness_verdict: str | None) -> Iterator:
+    from inspect_ai.log import EvalLog
+
+    harness = HarnessVerdict.parse(harness_verdict) if harness_verdict is not None else None
+    with open(local_path, "rb") as handle:
+        found = jsonsamples.layout(handle)
+        document = _parse_json(found.header)
+        if not isinstance(document, dict):
+            raise ValueError("not an Inspect log (a JSON object)")
+        header = EvalLog.model_validate(document)
+        spec = header.eval
+        if spec.dataset.sample_ids is None:
+            raise ValueError("the log's header lists no sample ids (read and re-write it with Inspect to add them)")
+        missing = {(sample_id, epoch): None for sample_id in spec.dataset.sample_ids
+                   for epoch in range(1, (spec.config.epochs or 1) + 1)}
+        declared = len(missing)
+        facts: dict = {"status": header.status, "eval_id": spec.eval_id, "task": spec.task}
+        yield r.FileSummary(facts, units_declared=declared)
+        eval_facts = EvalFacts(spec.run_id, spec.eval_id, spec.model, spec.task)
+        beyond: list = []
+        # The records in the file's order, each read and parsed on its own; a
+        # record the header does not list (or lists once, held twice) is one beyond it.
+        for start, stop in found.spans:
+            handle.seek(start)
+            record = _parse_json(handle.read(stop - start))
+            if not isinstance(record, dict):
+                continue
+            key = (record.get("id"), record.get("epoch"))
+            if key in missing:
+                del missing[key]
+            else:
+                beyond.append(_where(*key))
+            yield from _import_sample(lambda record=record: record, _where(*key), eval_facts, source, principal,
+                                      harness)
+    for sample_id, epoch in missing:
+        yield r.Unmapped(_where(sample_id, epoch), "sample_not_in_log",
+                         f"the header lists it; the log (status {header.status}) holds no record of it", unit=True)
     if beyond:
         yield r.FileSummary({"samples_beyond_header": len(beyond),
                              "samples_beyond_header_first": beyond[:_NAMED_BEYOND]},
-                            units_declared=len(expected) + len(beyond))
+                            units_declared=declared + len(beyond))
 
 
 # How many of the samples beyond a header the file's report names.
 _NAMED_BEYOND = 20
 
 
-def _import_sample(read, where: str, status: str, spec, source: str, principal: str, harness) -> Iterator:
+def _import_sample(read, where: str, spec: EvalFacts, source: str, principal: str, harness) -> Iterator:
     """The Trajectory and Unmapped items of one sample; `read()` returns its record."""
     try:
         record = read()
-    except KeyError:
-        yield r.Unmapped(where, "sample_not_in_log",
-                         f"the header lists it; the log (status {status}) holds no record of it", unit=True)
-        return
     except SampleTooLarge as error:
         yield r.Unmapped(where, "sample_too_large", str(error), unit=True)
         return
@@ -521,75 +686,17 @@ def _parse_json(data: bytes):
         return json.loads(data)
 
 
-class _EvalRecords:
-    """An .eval log's sample records, its zip opened once; each member is
-    decompressed on its own, and no more than `limit` bytes of it."""
+def _member_record(handle, member: zipmembers.Member, limit: int) -> dict:
+    """A sample member's record, no more than `limit` bytes of it decompressed."""
+    import inspect_ai.log  # noqa: F401  (registers the zstd codec Inspect writes members with)
 
-    def __init__(self, local_path: str, limit: int):
-        import zipfile
-
-        import inspect_ai.log  # noqa: F401  (registers the zstd codec Inspect writes members with)
-
-        self._zip = zipfile.ZipFile(local_path)
-        self._limit = limit
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self._zip.close()
-
-    def read(self, sample_id, epoch):
-        name = f"samples/{sample_id}_epoch_{epoch}.json"
-        return lambda: self._record(self._zip.getinfo(name))
-
-    def _record(self, info) -> dict:
-        too_large = f"{info.filename}: more than the bound of {self._limit} bytes decompressed (--max_sample_mib)"
-        if info.file_size > self._limit:  # the member's own header says so: nothing decompressed
-            raise SampleTooLarge(too_large)
-        with self._zip.open(info) as member:
-            data = member.read(self._limit + 1)  # a zip can understate a member's size
-        if len(data) > self._limit:
-            raise SampleTooLarge(too_large)
-        record = _parse_json(data)
-        if not isinstance(record, dict):
-            raise ValueError(f"{info.filename} holds no sample record")
-        return record
-
-    def beyond(self, expected) -> Iterator:
-        """((id, epoch), read) of the sample members the header does not list, in the zip's order."""
-        listed = {f"samples/{sample_id}_epoch_{epoch}.json" for sample_id, epoch in expected}
-        for info in self._zip.infolist():
-            if info.filename.startswith("samples/") and info.filename.endswith(".json") \
-                    and info.filename not in listed:
-                stem = info.filename[len("samples/"):-len(".json")]
-                sample_id, _, epoch = stem.rpartition("_epoch_")
-                yield (sample_id, epoch), (lambda info=info: self._record(info))
-
-
-class _JsonRecords:
-    """A .json log's sample records: the document parsed once (it holds
-    every sample), each record mapped on its own."""
-
-    def __init__(self, local_path: str):
-        with open(local_path, "rb") as handle:
-            document = _parse_json(handle.read())
-        records = document.get("samples") if isinstance(document, dict) else None
-        self._by_key = {(record.get("id"), record.get("epoch")): record
-                        for record in records or () if isinstance(record, dict)}
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self._by_key.clear()
-
-    def read(self, sample_id, epoch):
-        def record():
-            return self._by_key.pop((sample_id, epoch))  # KeyError: not in the log
-        return record
-
-    def beyond(self, expected) -> Iterator:
-        """((id, epoch), read) of the records left once the header's are read."""
-        for key in list(self._by_key):
-            yield key, (lambda key=key: self._by_key.pop(key))
+    too_large = f"{member.name}: more than the bound of {limit} bytes decompressed (--max_sample_mib)"
+    if member.size > limit:  # the zip's own entry says so: nothing decompressed
+        raise SampleTooLarge(too_large)
+    data = zipmembers.read(handle, member, limit)  # a zip can understate a member's size
+    if len(data) > limit:
+        raise SampleTooLarge(too_large)
+    record = _parse_json(data)
+    if not isinstance(record, dict):
+        raise ValueError(f"{member.name} holds no sample record")
+    return record

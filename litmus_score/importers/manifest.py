@@ -1,6 +1,7 @@
 """What an import says about each log file and about the whole: a file's
-report, counted from the items its format's importer yields, and
-import-manifest.json, which gathers them."""
+report, counted from the items its format's importer yields (merged from its
+parts' where the file was read in parts), and import-manifest.json, which
+gathers them."""
 
 from __future__ import annotations
 
@@ -45,6 +46,35 @@ def count_trajectory(report: dict, item: r.Trajectory) -> None:
             report["principal_source"][context][source] += n
     for context, used in item.principal_attributes.items():
         report["principal_attribute"][context].update(used)
+
+
+def merge_reports(reports) -> dict:
+    """One report of the reports of a file's parts (associative: Beam may merge
+    partial merges). Counts add up; the facts and units_declared are the first
+    part's (no other has them); the error is the least of the parts' errors,
+    so that it does not depend on how the file was split."""
+    reports = list(reports)
+    merged = new_report(reports[0]["file"])
+    for report in reports:
+        for key in ("units", "trajectories", "calls", "calls_unmapped", "unmapped"):
+            merged[key] += report[key]
+        merged["unmapped_by_reason"].update(report["unmapped_by_reason"])
+        for kind in ("units", "calls"):
+            merged["not_imported"][kind] += report["not_imported"][kind]
+        for context in (r.PROPOSAL, r.COMMIT):
+            for source in (r.FROM_LOG, r.FROM_DEFAULT):
+                merged["principal_source"][context][source] += report["principal_source"][context][source]
+            merged["principal_attribute"][context].update(report["principal_attribute"][context])
+        merged["facts"].update(report["facts"])
+        if report["units_declared"] is not None:
+            merged["units_declared"] = (merged["units_declared"] or 0) + report["units_declared"]
+        merged["skipped"] = merged["skipped"] or report["skipped"]
+    errors = [report["error"] for report in reports if report["error"]]
+    merged["error"] = min(errors) if errors else None
+    merged["unmapped_by_reason"] = dict(sorted(merged["unmapped_by_reason"].items()))
+    merged["principal_attribute"] = {context: dict(sorted(used.items()))
+                                     for context, used in merged["principal_attribute"].items()}
+    return merged
 
 
 def manifest_document(reports, header: dict, outputs=()) -> dict:
