@@ -504,14 +504,9 @@ def plan_log(handle) -> Plan:
     found = zipmembers.members(handle)
     by_name = {member.name: member for member in found.members}  # a name written twice: the last (Inspect's rule)
     header = _header(handle, by_name, found.damage)
-    spec = header.eval
-    if spec.dataset.sample_ids is None:
-        raise ValueError("the log's header lists no sample ids (read and re-write it with Inspect to add them)")
-    expected = [(sample_id, epoch) for sample_id in spec.dataset.sample_ids
-                for epoch in range(1, (spec.config.epochs or 1) + 1)]
+    eval_facts, facts, expected = _listed(header)
     where_it_ends = f" before byte {found.end}, where its readable members end" if found.damage else ""
-    absent = ("sample_not_in_log",
-              f"the header lists it; the log (status {header.status}) holds no record of it{where_it_ends}")
+    absent = ("sample_not_in_log", _no_record(header) + where_it_ends)
     cut = found.cut.name if found.cut is not None else None
     truncated = ("sample_truncated", f"{cut}: the log ends inside its record (at byte {found.end} a member of "
                                      f"{found.cut.compressed_size} compressed bytes begins)") if found.cut else None
@@ -529,16 +524,13 @@ def plan_log(handle) -> Plan:
     for name in beyond:
         sample_id, _, epoch = name[len(_SAMPLES):-len(".json")].rpartition("_epoch_")
         units.append(unit(sample_id, epoch, name))
-    facts: dict = {"status": header.status, "eval_id": spec.eval_id, "task": spec.task}
     if len(units) > declared:
-        facts["samples_beyond_header"] = len(units) - declared
-        facts["samples_beyond_header_first"] = [_where(u.sample_id, u.epoch) for u in units[declared:][:_NAMED_BEYOND]]
+        facts.update(_beyond_facts([_where(u.sample_id, u.epoch) for u in units[declared:]]))
     if found.damage:
         facts["zip_directory_unreadable"] = r.bounded(found.damage)
         facts["members_read_before_byte"] = found.end
     readable = sorted(((u.member.offset, u) for u in units if u.member is not None), key=lambda pair: pair[0])
-    return Plan(EvalFacts(spec.run_id, spec.eval_id, spec.model, spec.task),
-                r.FileSummary(facts, units_declared=len(units)), tuple(offset for offset, _ in readable),
+    return Plan(eval_facts, r.FileSummary(facts, units_declared=len(units)), tuple(offset for offset, _ in readable),
                 tuple(u for _, u in readable), tuple(u for u in units if u.member is None))
 
 
@@ -579,9 +571,11 @@ def read_log(local_path: str, source: str, principal: str, harness_verdict: str 
     parsed record (Inspect's pydantic models are only asked, for a record
     that cannot be mapped, what is wrong with it); a .json log's records
     are found by a scan of the document (jsonsamples) and each read and
-    parsed on its own, in the file's order. Either way a sample that cannot be read or
-    mapped fails alone, and an .eval record larger than `max_sample_mib`
-    decompressed is not read at all. The file's units are the samples and
+    parsed on its own, in the file's order. A sample that cannot be mapped
+    fails alone, as does an .eval record that cannot be read; a .json
+    record that is not JSON (the document then is not either) stops the
+    file there, what came before it staying imported. An .eval record
+    larger than `max_sample_mib` decompressed is not read at all. The file's units are the samples and
     epochs its header lists, plus the samples it holds beyond them
     (Inspect's own reader returns those too), which are imported and named
     in the FileSummary. Inspect logs name no acting identity: every
@@ -606,15 +600,10 @@ def _read_json_log(local_path: str, source: str, principal: str, harness_verdict
         if not isinstance(document, dict):
             raise ValueError("not an Inspect log (a JSON object)")
         header = EvalLog.model_validate(document)
-        spec = header.eval
-        if spec.dataset.sample_ids is None:
-            raise ValueError("the log's header lists no sample ids (read and re-write it with Inspect to add them)")
-        missing = {(sample_id, epoch): None for sample_id in spec.dataset.sample_ids
-                   for epoch in range(1, (spec.config.epochs or 1) + 1)}
+        eval_facts, facts, expected = _listed(header)
+        missing = dict.fromkeys(expected)
         declared = len(missing)
-        facts: dict = {"status": header.status, "eval_id": spec.eval_id, "task": spec.task}
         yield r.FileSummary(facts, units_declared=declared)
-        eval_facts = EvalFacts(spec.run_id, spec.eval_id, spec.model, spec.task)
         beyond: list = []
         # The records in the file's order, each read and parsed on its own; a
         # record the header does not list (or lists once, held twice) is one beyond it.
@@ -631,12 +620,30 @@ def _read_json_log(local_path: str, source: str, principal: str, harness_verdict
             yield from _import_sample(lambda record=record: record, _where(*key), eval_facts, source, principal,
                                       harness)
     for sample_id, epoch in missing:
-        yield r.Unmapped(_where(sample_id, epoch), "sample_not_in_log",
-                         f"the header lists it; the log (status {header.status}) holds no record of it", unit=True)
+        yield r.Unmapped(_where(sample_id, epoch), "sample_not_in_log", _no_record(header), unit=True)
     if beyond:
-        yield r.FileSummary({"samples_beyond_header": len(beyond),
-                             "samples_beyond_header_first": beyond[:_NAMED_BEYOND]},
-                            units_declared=declared + len(beyond))
+        yield r.FileSummary(_beyond_facts(beyond), units_declared=declared + len(beyond))
+
+
+def _listed(header) -> tuple[EvalFacts, dict, list]:
+    """What both kinds of log take from a header: the facts mapping a sample
+    needs, the file's facts, and the (sample id, epoch) units it lists."""
+    spec = header.eval
+    if spec.dataset.sample_ids is None:
+        raise ValueError("the log's header lists no sample ids (read and re-write it with Inspect to add them)")
+    units = [(sample_id, epoch) for sample_id in spec.dataset.sample_ids
+             for epoch in range(1, (spec.config.epochs or 1) + 1)]
+    facts = {"status": header.status, "eval_id": spec.eval_id, "task": spec.task}
+    return EvalFacts(spec.run_id, spec.eval_id, spec.model, spec.task), facts, units
+
+
+def _no_record(header) -> str:
+    return f"the header lists it; the log (status {header.status}) holds no record of it"
+
+
+def _beyond_facts(positions: list) -> dict:
+    """The file's facts on the samples it holds beyond its header, `positions` theirs in order."""
+    return {"samples_beyond_header": len(positions), "samples_beyond_header_first": positions[:_NAMED_BEYOND]}
 
 
 # How many of the samples beyond a header the file's report names.
