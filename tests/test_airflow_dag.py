@@ -132,8 +132,9 @@ def test_paths_are_absolute_params_with_the_documented_defaults(dag):
     for name in ("input", "output_root", "policy", "thresholds", "wait_for"):
         param = dag.params.get_param(name)
         assert param.resolve("gs://bucket/runs/{date}") == "gs://bucket/runs/{date}"
-        with pytest.raises(ParamValidationError):  # a relative path is refused when a run is triggered
-            param.resolve("runs/relative")
+        for refused in ("runs/relative", "/runs/x\n", "gs://b/\x1b[2J"):  # refused when a run is triggered
+            with pytest.raises(ParamValidationError):
+                param.resolve(refused)
 
 
 def test_a_site_sets_its_own_defaults_beside_the_dag(tmp_path):
@@ -319,10 +320,12 @@ def test_the_scoring_task_run_alone_refuses_too(dag, tmp_path):
 def test_the_run_settings_are_litmus_scores_own(dag):
     """What the DAG hands its job is what litmus-score's allow-list takes (pipeline.run_settings,
     shared with the Dataflow template), and every param is either handed on or the DAG's own."""
+    from litmus_score.scoring.contract import MODES
     from pipeline.run_settings import settings_of
 
     handed = dag.get_task("score_night").pipeline_options["run_settings"]
     assert set(handed) <= set(settings_of("nightly"))
+    assert dag.params.get_param("adjudication").schema["enum"] == [None, *MODES]
     assert set(dag.params) == set(handed) - {"date"} | {"night", "wait_for"}  # night is date; wait_for the sensor's
 
 

@@ -92,7 +92,8 @@ RETRIES, RETRY_DELAY = 2, timedelta(minutes=10)
 NIGHT = "{{ params.night or data_interval_start | ds }}"
 # An interpreter, not a requirement: an absolute path whose last part is python, python3 or python3.N.
 INTERPRETER = re.compile(r"/(.+/)?python(3(\.\d+)?)?")
-ABSOLUTE = r"^(/|[a-z][a-z0-9+.-]*://)"  # a path from the root, or a URL (gs://, s3://, ...)
+# A path from the root, or a URL (gs://, s3://, ...), with no control character anywhere.
+ABSOLUTE = r"^(?![\s\S]*[\x00-\x1f\x7f])(/|[a-z][a-z0-9+.-]*://)"
 # The deployer's settings as shipped: they name what runs, so no run may set them.
 DEPLOYED = {
     "environment": "/opt/litmus-score/.venv/bin/python",
