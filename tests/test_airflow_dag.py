@@ -317,6 +317,16 @@ def test_the_scoring_task_run_alone_refuses_too(dag, tmp_path):
     assert not mark.exists()
 
 
+def test_a_refused_name_is_shown_on_one_line(module_of):
+    """The alert is an e-mail's subject too: a name with control characters is escaped, a long one cut."""
+    for name, shown in [("job_endpoint\r\nBcc: all@example.com", "job_endpoint\\r\\nBcc: all@example.com"),
+                        ("\x1b[2J" + "x" * 200, "\\x1b[2J" + "x" * 96 + "...")]:
+        with pytest.raises(AirflowFailException) as refused:
+            module_of["refuse_other_settings"](SimpleNamespace(conf={name: 1}))
+        assert str(refused.value).startswith(f"`{shown}` is not a run setting")
+        assert str(refused.value).isprintable()
+
+
 def test_the_run_settings_are_litmus_scores_own(dag):
     """What the DAG hands its job is what litmus-score's allow-list takes (pipeline.run_settings,
     shared with the Dataflow template), and every param is either handed on or the DAG's own."""

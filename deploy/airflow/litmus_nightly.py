@@ -158,8 +158,10 @@ def refuse_other_settings(dag_run) -> None:
     choose")."""
     for name in sorted(dag_run.conf or {}):
         if name not in RUN_SETTINGS:
+            # The name is the triggering user's: escaped and cut, so the alert (an e-mail's subject) stays one line.
+            shown = name[:100].encode("unicode_escape").decode("ascii") + ("..." if len(name) > 100 else "")
             raise AirflowFailException(
-                f"`{name}` is not a run setting (a run sets {', '.join(RUN_SETTINGS)}): the environment, the "
+                f"`{shown}` is not a run setting (a run sets {', '.join(RUN_SETTINGS)}): the environment, the "
                 "runner and Beam's options are set where the DAG is deployed, in litmus_nightly.json beside it")
 
 
