@@ -67,7 +67,7 @@ def every_other_option() -> list:
     """Every flag Beam 2.77 and litmus-score register (every PipelineOptions subclass, every runner's)
     that is not a run setting: the runner, and every option naming a program, image, endpoint, package."""
     parser = known_flags_parser()
-    names = {action.dest for action in parser._actions if action.option_strings}
+    names = {flag[2:] for action in parser._actions for flag in action.option_strings if flag.startswith("--")}
     return sorted(names - set(run_settings.SETTINGS))
 
 
@@ -81,6 +81,18 @@ def test_every_other_beam_option_is_refused_by_name():
         for command in run_settings.COMMANDS:
             with pytest.raises(UsageError, match=f"^`{name}` is not a run setting: the runner and Beam's options"):
                 run_settings.run_flags(command, {name: "x"})
+
+
+def test_the_docs_list_the_settings_and_the_audited_options():
+    """docs/runners.md, "What a run may choose": its table is the allow-list, and each option its audit
+    names is one Beam 2.77 registers and a run is refused."""
+    section = (REPO / "docs" / "runners.md").read_text().split("## What a run may choose", 1)[1].split("\n## ", 1)[0]
+    table, audit = section.split("A run cannot choose", 1)
+    rows = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
+    assert sorted(name for row in rows for name in re.findall(r"`(\w+)`", row)) == sorted(run_settings.SETTINGS)
+    audited = set(re.findall(r"`([a-z_]+)`", audit.split("Beam 2.77's", 1)[1].split("None is a run setting", 1)[0]))
+    options = set(every_other_option())
+    assert len(audited) > 60 and audited - {"process_command", "docker_container_image"} <= options
 
 
 def test_the_run_settings_become_the_commands_flags():
