@@ -4,7 +4,8 @@ Starts Beam's local job service and an external SDK worker pool on free
 loopback ports, runs the scoring job through them (PortableRunner,
 EXTERNAL environment), stops both and exits with the job's exit code.
 With --template the job is launched as the Dataflow Flex Template launches
-it (deploy/dataflow/main.py: submitted, not waited for); the services are
+it (deploy/dataflow/main.py, the runner and its options the image's LITMUS_BEAM_OPTIONS:
+submitted, not waited for); the services are
 kept until the job has published the run (OUTPUT/_SUCCESS) and the exit
 code is the launcher's, which has ended by then: 3 if it had not.
 tests/test_portable.py runs it inside a private network namespace, because
@@ -13,6 +14,7 @@ Beam's gRPC servers bind every interface.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -96,13 +98,16 @@ def main(score_args: list) -> int:
             job_port = wait_for_port_file(port_file, job_service)
             wait_until_listening(job_port, job_service, "the job service")
             wait_until_listening(worker_port, pool, "the worker pool")
-            launcher = ([python, str(Path(__file__).resolve().parents[1] / "deploy" / "dataflow" / "main.py")]
-                        if template else [python, "-m", "pipeline", "score"])
-            run = subprocess.run(
-                [*launcher, *score_args, "--runner", "PortableRunner",
-                 "--job_endpoint", f"localhost:{job_port}", "--environment_type", "EXTERNAL",
-                 "--environment_config", f"localhost:{worker_port}"],
-                env=env, timeout=JOB_TIMEOUT_S)
+            portable = {"runner": "PortableRunner", "job_endpoint": f"localhost:{job_port}",
+                        "environment_type": "EXTERNAL", "environment_config": f"localhost:{worker_port}"}
+            if template:  # the runner and its options are the image's (LITMUS_BEAM_OPTIONS), never a parameter
+                launcher = [python, str(Path(__file__).resolve().parents[1] / "deploy" / "dataflow" / "main.py")]
+                run = subprocess.run([*launcher, *score_args], env={**env, "LITMUS_BEAM_OPTIONS": json.dumps(portable)},
+                                     timeout=JOB_TIMEOUT_S)
+            else:
+                run = subprocess.run([python, "-m", "pipeline", "score", *score_args,
+                                      *[f"--{name}={value}" for name, value in portable.items()]],
+                                     env=env, timeout=JOB_TIMEOUT_S)
             if not template or run.returncode:
                 return run.returncode
             output = Path(score_args[score_args.index("--output") + 1])

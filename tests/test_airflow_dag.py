@@ -1,7 +1,8 @@
 """The nightly Airflow DAG (deploy/airflow) as shipped: it loads, and `dag.test` runs it for a
 fixed logical date: the sensor waits for the night, the Beam operator scores it in the
-environment the deployer set (`environment`, not a run param), verdicts fail at once and alert.
-The documented deploy, run as written, leaves Airflow no import error.
+environment, with the runner and Beam options, the deployer set (never a run's conf, which may
+set the run settings alone), verdicts fail at once and alert. The documented deploy, run as
+written, leaves Airflow no import error.
 
 Airflow's pins disagree with the project's, so this runs in its own virtualenv
 (`make test-airflow`: a fresh AIRFLOW_HOME whose dags folder is deploy/airflow, and
@@ -18,6 +19,7 @@ import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -27,6 +29,7 @@ if os.environ.get("LITMUS_REQUIRE_AIRFLOW") != "1":
 import pendulum
 from airflow.dag_processing.dagbag import DagBag
 from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOperator
+from airflow.providers.standard.operators.python import PythonOperator
 from airflow.providers.standard.sensors.python import PythonSensor
 from airflow.sdk import CronDataIntervalTimetable
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout, ParamValidationError
@@ -37,6 +40,8 @@ DAGS = REPO / "deploy" / "airflow"
 CHECKOUT_PYTHON = REPO / ".venv" / "bin" / "python"
 DEPLOY_DOCS = (REPO / "docs" / "runners.md").read_text().split("## Nightly on Airflow", 1)[1]
 AGENT = "orca-8b"  # synthetic.AGENTS[3], whose misuse is planted on the second night
+# A context's run, triggered with no conf.
+NO_CONF = SimpleNamespace(conf={})
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +70,9 @@ def test_schedule_tasks_and_their_bounds(dag):
     assert isinstance(dag.timetable, CronDataIntervalTimetable)
     assert (dag.timetable.expression, str(dag.timetable.timezone)) == ("30 2 * * *", "UTC")
     assert dag.catchup is False and dag.max_active_runs == 1
-    wait, score = dag.get_task("wait_for_night"), dag.get_task("score_night")
-    assert [t.task_id for t in dag.topological_sort()] == ["wait_for_night", "score_night"]
+    check, wait, score = (dag.get_task(name) for name in ("check_run_settings", "wait_for_night", "score_night"))
+    assert [t.task_id for t in dag.topological_sort()] == ["check_run_settings", "wait_for_night", "score_night"]
+    assert isinstance(check, PythonOperator) and check.on_failure_callback
     assert isinstance(wait, PythonSensor) and isinstance(score, BeamRunPythonPipelineOperator)
     # The sensor frees its slot between pokes, and gives up loudly: no soft fail, an alert.
     assert wait.mode == "reschedule" and wait.poke_interval == 300 and wait.timeout == 4 * 3600
@@ -121,13 +127,14 @@ def test_paths_are_absolute_params_with_the_documented_defaults(dag):
     for name in ("environment", "input", "output_root"):
         assert settings[name].startswith("/"), name
         assert f"`{settings[name]}`" in DEPLOY_DOCS, name  # the docs give the same default
-    for name in ("wait_for", "policy", "thresholds", "night"):
+    for name in ("wait_for", "policy", "thresholds", "adjudication", "num_workers", "max_num_workers", "night"):
         assert params[name] is None and f"`{name}`" in DEPLOY_DOCS, name
     for name in ("input", "output_root", "policy", "thresholds", "wait_for"):
         param = dag.params.get_param(name)
         assert param.resolve("gs://bucket/runs/{date}") == "gs://bucket/runs/{date}"
-        with pytest.raises(ParamValidationError):  # a relative path is refused when a run is triggered
-            param.resolve("runs/relative")
+        for refused in ("runs/relative", "/runs/x\n", "gs://b/\x1b[2J"):  # refused when a run is triggered
+            with pytest.raises(ParamValidationError):
+                param.resolve(refused)
 
 
 def test_a_site_sets_its_own_defaults_beside_the_dag(tmp_path):
@@ -137,15 +144,17 @@ def test_a_site_sets_its_own_defaults_beside_the_dag(tmp_path):
         "wait_for": "gs://bucket/runs/{date}/_DONE", "runner": "DataflowRunner"}))
     site = DagBag(dag_folder=str(tmp_path)).dags["litmus_nightly"]
     params = site.params.dump()
-    assert params["input"] == "gs://bucket/runs/{date}/*.parquet" and params["runner"] == "DataflowRunner"
+    assert params["input"] == "gs://bucket/runs/{date}/*.parquet" and "runner" not in params
+    assert site.get_task("score_night").runner == "DataflowRunner"
     assert site.get_task("score_night").environment == "/opt/litmus-score/.venv/bin/python"  # as shipped
     (tmp_path / "litmus_nightly.json").write_text('{"environment": "/srv/litmus/.venv/bin/python3"}')
     site = DagBag(dag_folder=str(tmp_path)).dags["litmus_nightly"]
     assert site.get_task("score_night").environment == "/srv/litmus/.venv/bin/python3"
     assert "environment" not in site.params  # the deployer's, not a run's
     for setting, refusal in [('{"output": "/data/scores"}', "unknown setting 'output'; the settings are "
-                                                             "environment, input"),
-                             ('{"environment": ""}', "environment must be litmus-score's python")]:
+                                                             "environment, runner, beam_options, input"),
+                             ('{"environment": ""}', "environment must be litmus-score's python"),
+                             ('{"beam_options": "--job_endpoint=embed"}', "beam_options must be a JSON object")]:
         (tmp_path / "litmus_nightly.json").write_text(setting)
         errors = DagBag(dag_folder=str(tmp_path)).import_errors
         assert refusal in " ".join(errors.values())
@@ -173,7 +182,7 @@ def test_verdict_exits_fail_at_once_and_other_failures_retry(dag, monkeypatch, c
     task = dag.get_task("score_night")
     monkeypatch.setattr(task, "environment", sys.executable)
     with pytest.raises(AirflowException) as failure:
-        task.execute({"params": {}})
+        task.execute({"params": {}, "dag_run": NO_CONF})
     assert type(failure.value) is raised  # AirflowFailException: Airflow does not retry it
 
 
@@ -181,7 +190,7 @@ def test_a_missing_interpreter_fails_loudly_without_retrying(dag, monkeypatch):
     task = dag.get_task("score_night")
     monkeypatch.setattr(task, "environment", "/nowhere/bin/python")
     with pytest.raises(AirflowFailException, match="no python at /nowhere/bin/python"):
-        task.execute({"params": {}})
+        task.execute({"params": {}, "dag_run": NO_CONF})
 
 
 # ---------------------------------------------------------------- dag.test, as a scheduler runs it
@@ -203,13 +212,17 @@ def harness(tmp_path_factory):
     return root
 
 
-def run_night(dag, harness, logical_date, environment=str(CHECKOUT_PYTHON), **params):
-    """dag.test with the params in its conf; the environment, deploy-time configuration, set as
-    litmus_nightly.json sets it when the DAG is parsed."""
+def run_night(dag, harness, logical_date, environment=str(CHECKOUT_PYTHON), runner="FnApiRunner",
+              beam_options=None, **params):
+    """dag.test with the params in its conf; the environment, the runner and its options, deploy-time
+    configuration, set as litmus_nightly.json sets them when the DAG is parsed."""
     conf = {"input": str(harness / "runs" / "{date}" / "*.parquet"), "output_root": str(harness / "scores"),
-            "policy": str(REPO / "configs" / "policy.yaml"), "runner": "FnApiRunner", **params}
+            "policy": str(REPO / "configs" / "policy.yaml"), **params}
     with pytest.MonkeyPatch.context() as deployed:
-        deployed.setattr(dag.get_task("score_night"), "environment", environment)
+        score = dag.get_task("score_night")
+        deployed.setattr(score, "environment", environment)
+        deployed.setattr(score, "runner", runner)
+        deployed.setattr(score, "default_pipeline_options", beam_options or {})
         run = dag.test(logical_date=logical_date, run_conf=conf)
     return run, {ti.task_id: ti for ti in run.get_task_instances()}
 
@@ -223,7 +236,7 @@ def test_a_run_scores_the_night_of_its_data_interval(dag, harness):
     run, tasks = run_night(dag, harness, pendulum.datetime(2026, 12, 1, 2, 30, tz="UTC"))
     assert run.data_interval_start == pendulum.datetime(2026, 11, 30, 2, 30, tz="UTC")
     assert run.state == "success" and {t: ti.state for t, ti in tasks.items()} == {
-        "wait_for_night": "success", "score_night": "success"}
+        "check_run_settings": "success", "wait_for_night": "success", "score_night": "success"}
     night = harness / "scores" / "date=2026-11-30"
     manifest = load(night / "manifest.json")
     assert manifest["night"] == {"date": "2026-11-30", "inputs": [str(harness / "runs" / "2026-11-30" / "*.parquet")]}
@@ -248,23 +261,97 @@ def test_a_regression_fails_at_once_and_alerts_in_a_virtualenv_built_from_requir
                       "baseline (exit code 3)"]
 
 
-def test_a_run_cannot_choose_the_program_its_worker_runs(dag, harness, tmp_path, caplog):
-    # A program dressed as an interpreter: were it run (as the old `environment` param ran it), it
-    # would leave its mark.
-    program, mark = tmp_path / "bin" / "python", tmp_path / "ran"
+def shell_line_harness(tmp_path):
+    """(the shell line a hostile conf would have the worker run, the mark it leaves, the options that
+    run it): Beam's embedded job service with a subprocess harness whose command is the line."""
+    mark = tmp_path / "ran"
+    line = f"touch {mark}"
+    return line, mark, {"job_endpoint": "embed", "environment_type": "beam:env:harness_subprocess_python:v1",
+                        "environment_config": line}
+
+
+def hostile_confs(tmp_path):
+    """Confs that ask for a program: the runner and Beam options as last round's params took them, as
+    flat settings, and the environment closed last round."""
+    line, mark, options = shell_line_harness(tmp_path)
+    program = tmp_path / "bin" / "python"  # a program dressed as an interpreter
     program.parent.mkdir()
-    program.write_text(f"#!/bin/sh\ntouch {mark}\n")
+    program.write_text(f"#!/bin/sh\n{line}\n")
     program.chmod(0o755)
-    conf = {"environment": str(program), "input": str(harness / "runs" / "{date}" / "*.parquet"),
-            "output_root": str(tmp_path / "scores"), "runner": "FnApiRunner"}
-    run = dag.test(logical_date=pendulum.datetime(2026, 12, 1, 2, 30, tz="UTC"), run_conf=conf)
-    score = {ti.task_id: ti for ti in run.get_task_instances()}["score_night"]
-    assert run.state == "failed" and score.state == "failed" and score.try_number == 1
-    assert not mark.exists() and not (tmp_path / "scores").exists()
-    alerts = [r.getMessage() for r in caplog.records if r.getMessage().startswith("litmus-score nightly 2026-11-30")]
-    assert alerts == ["litmus-score nightly 2026-11-30: the scoring task failed: `environment` is not a run param: "
-                      "litmus-score's environment is set when the DAG is deployed (litmus_nightly.json beside it, "
-                      "docs/runners.md)"]
+    # Each named by the first of its settings in alphabetical order, whatever order the database keeps.
+    return mark, [({"runner": "PortableRunner", "beam_options": options}, "beam_options"),
+                  ({"runner": "PortableRunner", **options}, "environment_config"),
+                  ({"environment": str(program)}, "environment")]
+
+
+def test_a_run_that_asks_for_a_program_is_refused_in_one_line_and_runs_nothing(dag, harness, tmp_path, caplog):
+    """The probe's hole: a conf whose Beam options run a shell line on the worker. Each such run fails
+    on its first try, before the sensor, naming the setting in one line; the mark never appears."""
+    mark, confs = hostile_confs(tmp_path)
+    for index, (asked, named) in enumerate(confs):
+        caplog.clear()
+        output_root = tmp_path / f"scores-{index}"
+        conf = {"input": str(harness / "runs" / "{date}" / "*.parquet"), "output_root": str(output_root), **asked}
+        run = dag.test(logical_date=pendulum.datetime(2026, 12, 1, 2, 30, tz="UTC"), run_conf=conf)
+        tasks = {ti.task_id: ti for ti in run.get_task_instances()}
+        assert run.state == "failed" and tasks["check_run_settings"].state == "failed", named
+        assert tasks["check_run_settings"].try_number == 1
+        assert {tasks[name].state for name in ("wait_for_night", "score_night")} == {"upstream_failed"}
+        assert not mark.exists() and not output_root.exists(), named
+        alerts = [r.getMessage() for r in caplog.records
+                  if r.getMessage().startswith("litmus-score nightly 2026-11-30")]
+        assert alerts == [f"litmus-score nightly 2026-11-30: not run: `{named}` is not a run setting (a run sets "
+                          "input, wait_for, output_root, policy, thresholds, adjudication, num_workers, "
+                          "max_num_workers, night): the environment, the runner and Beam's options are set where "
+                          "the DAG is deployed, in litmus_nightly.json beside it"], named
+        assert "\n" not in alerts[0]
+
+
+def test_the_scoring_task_run_alone_refuses_too(dag, tmp_path):
+    """A scoring task run on its own (cleared, or its check marked done) checks the conf again."""
+    mark, confs = hostile_confs(tmp_path)
+    task = dag.get_task("score_night")
+    for asked, named in confs:
+        with pytest.raises(AirflowFailException, match=f"^`{named}` is not a run setting"):
+            task.execute({"params": {}, "dag_run": SimpleNamespace(conf=asked)})
+    assert not mark.exists()
+
+
+def test_a_refused_name_is_shown_on_one_line(module_of):
+    """The alert is an e-mail's subject too: a name with control characters is escaped, a long one cut."""
+    for name, shown in [("job_endpoint\r\nBcc: all@example.com", "job_endpoint\\r\\nBcc: all@example.com"),
+                        ("\x1b[2J" + "x" * 200, "\\x1b[2J" + "x" * 96 + "...")]:
+        with pytest.raises(AirflowFailException) as refused:
+            module_of["refuse_other_settings"](SimpleNamespace(conf={name: 1}))
+        assert str(refused.value).startswith(f"`{shown}` is not a run setting")
+        assert str(refused.value).isprintable()
+
+
+def test_the_run_settings_are_litmus_scores_own(dag):
+    """What the DAG hands its job is what litmus-score's allow-list takes (pipeline.run_settings,
+    shared with the Dataflow template), and every param is either handed on or the DAG's own."""
+    from litmus_score.scoring.contract import MODES
+    from pipeline.run_settings import settings_of
+
+    handed = dag.get_task("score_night").pipeline_options["run_settings"]
+    assert set(handed) <= set(settings_of("nightly"))
+    assert dag.params.get_param("adjudication").schema["enum"] == [None, *MODES]
+    assert set(dag.params) == set(handed) - {"date"} | {"night", "wait_for"}  # night is date; wait_for the sensor's
+
+
+def test_the_deployers_runner_and_options_reach_beam_and_a_run_sets_its_settings(dag, harness, tmp_path):
+    """The same shell line, as the deployer's configuration, does run (here it goes on to start Beam's
+    worker, so the job completes): the mark the refused runs never leave is one a run would leave. The
+    run's own settings (adjudication, a worker count) reach litmus-score."""
+    line, mark, options = shell_line_harness(tmp_path)
+    worker = f"{line} && exec {CHECKOUT_PYTHON} -m apache_beam.runners.worker.sdk_worker_main"
+    run, tasks = run_night(dag, harness, pendulum.datetime(2026, 12, 1, 2, 30, tz="UTC"),
+                           runner="PortableRunner", beam_options={**options, "environment_config": worker},
+                           output_root=str(tmp_path / "scores"), adjudication="strict", num_workers=2)
+    assert run.state == "success" and tasks["score_night"].state == "success"
+    assert mark.exists()
+    metrics = load(tmp_path / "scores" / "date=2026-11-30" / "metrics.json")
+    assert metrics["adjudication"] == "strict" and metrics["totals"]["trajectories"]["input"] == 6000
 
 
 def test_a_night_that_never_arrives_fails_the_sensor_loudly(dag, harness, caplog, monkeypatch):

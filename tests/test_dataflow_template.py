@@ -20,6 +20,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.stager import Stager
 
 from litmus_score.scoring import contract as c
+from pipeline import run_settings, template
 from pipeline.options import ScoreOptions, UsageError, validate
 from tests import builders as b
 from tests.conftest import RUNNER, load_json
@@ -29,6 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = REPO / "deploy" / "dataflow"
 # The import names a wheel installs, and every package folder under them.
 TOP_LEVEL = {"pipeline", "transforms", "litmus_score"}
+# The image's Beam options for a run on this machine: the runner is the deployer's, never a parameter.
+DEPLOYED_HERE = {**os.environ, template.DEPLOYED_OPTIONS: json.dumps({"runner": RUNNER[1]})}
 PACKAGES = sorted(str(init.parent.relative_to(REPO))
                   for name in TOP_LEVEL for init in (REPO / name).rglob("__init__.py"))
 
@@ -139,6 +142,9 @@ def test_every_template_parameter_is_a_cli_option_and_every_cli_option_a_paramet
     assert set(parameters) == valued | set(nightly_options()) | set(import_options()) | {"command"}
     assert {f"--{name}" for name in nightly_options()} <= {
         flag for action in nightly_options().values() for flag in action.option_strings}
+    # And the run settings a launch may set (pipeline.run_settings), but the worker counts, which
+    # are the launch's own (--num-workers, --max-workers).
+    assert set(parameters) == set(run_settings.SETTINGS) - {"num_workers", "max_num_workers"} | {"command"}
     for parameter in parameters.values():
         assert parameter["label"] and len(parameter["helpText"]) > 20
         assert parameter["regexes"] and all(re.compile(r) for r in parameter["regexes"])
@@ -169,9 +175,9 @@ def test_the_required_cli_options_are_the_required_parameters(tmp_path):
     ("output", ["gs://b/scores/2026-11-30"], ["/tmp/out"]),
     ("adjudication", list(c.MODES), ["COMMIT", "commit "]),
     ("batch_rows", ["1", "16384"], ["0", "-5", "1e4"]),
-    ("policy", ["/template/configs/policy.yaml", "p.yml"], ["policy.json"]),
+    ("policy", ["/template/configs/policy.yaml", "gs://b/p.yml"], ["policy.json", "configs/policy.yaml"]),
     ("baseline", ["gs://b/scores/2026-11-29"], ["scores/2026-11-29"]),
-    ("thresholds", ["/template/configs/thresholds.yaml"], ["t.txt"]),
+    ("thresholds", ["/template/configs/thresholds.yaml"], ["t.txt", "t.yaml"]),
     ("max_json_depth", ["1", "64"], ["0", "deep"]),
     ("command", ["score", "nightly"], ["import", "nightly --replace"]),
     ("input_format", ["inspect", "otel", "scout"], ["parquet", "otel --replace"]),
@@ -272,12 +278,12 @@ def test_the_image_runs_the_entry_point_with_the_setup_file():
 
 @pytest.mark.slow
 def test_the_entry_point_submits_and_the_job_publishes_itself(tmp_path):
-    # What the launcher runs: python main.py --input=... --output=... plus runner options. On
-    # FnApiRunner the submission runs the job, whose last step publishes the run.
+    # What the launcher runs: python main.py --input=... --output=..., in an image whose Beam options
+    # name the runner. On FnApiRunner the submission runs the job, whose last step publishes the run.
     b.write_shard(tmp_path / "x.parquet", [b.trajectory(f"t{i}", b.calls_of(("allow", b.commit()))) for i in range(3)])
     run = subprocess.run([sys.executable, str(TEMPLATE / "main.py"), f"--input={tmp_path / 'x.parquet'}",
-                          f"--output={tmp_path / 'out'}", "--adjudication=strict", *RUNNER], cwd=tmp_path,
-                         capture_output=True, text=True)
+                          f"--output={tmp_path / 'out'}", "--adjudication=strict"], cwd=tmp_path,
+                         env=DEPLOYED_HERE, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "the job publishes" in run.stdout
     out = tmp_path / "out"
@@ -294,9 +300,10 @@ def test_the_template_runs_nightly(tmp_path):
         b.write_shard(tmp_path / "runs" / night / "x.parquet",
                       [b.trajectory(f"t{i}", b.calls_of(("allow", b.commit()))) for i in range(3)])
     argv = [sys.executable, str(TEMPLATE / "main.py"), "--command=nightly",
-            f"--input={tmp_path / 'runs' / '{date}' / '*.parquet'}", f"--output_root={tmp_path / 'scores'}", *RUNNER]
+            f"--input={tmp_path / 'runs' / '{date}' / '*.parquet'}", f"--output_root={tmp_path / 'scores'}"]
     for night in ("2026-11-30", "2026-12-01"):
-        run = subprocess.run([*argv, f"--date={night}"], cwd=tmp_path, capture_output=True, text=True)
+        run = subprocess.run([*argv, f"--date={night}"], cwd=tmp_path, env=DEPLOYED_HERE, capture_output=True,
+                             text=True)
         assert run.returncode == 0, run.stderr[-2000:]
     night = tmp_path / "scores" / "date=2026-12-01"
     assert load_json(night / "manifest.json")["night"]["date"] == "2026-12-01"

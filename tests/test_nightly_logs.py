@@ -4,6 +4,7 @@ scores them; the Flex Template does the same."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -71,8 +72,9 @@ def test_the_template_scores_logs_in_the_job_it_submits(logs, tmp_path, command)
     else:
         out = tmp_path / "out"
         where = ["--input", str(logs / "logs" / NIGHTS[0] / "*.jsonl"), f"--output={out}"]
+    deployed = {template.DEPLOYED_OPTIONS: json.dumps({"runner": RUNNER[1]})}  # the image's, never a parameter
     assert template.main([f"--command={command}", "--input_format=otel", *where,
-                          f"--policy={logs / 'policy.yaml'}", *RUNNER]) == 0
+                          f"--policy={logs / 'policy.yaml'}"], deployed) == 0
     assert (out / "_SUCCESS").exists() and not (out / ".lock").exists()
     manifest = load_json(out / "manifest.json")
     assert manifest["import"]["format"] == "otel" and manifest["input_rows"] > 0

@@ -8,7 +8,11 @@ Airflow 3 a plain cron string would make each run's logical date its own
 day; the data interval makes it the night before.) The `night` param,
 YYYY-MM-DD, scores another night by hand.
 
-Two tasks:
+Three tasks:
+  check_run_settings
+                   refuses, at once and unretried, a run whose conf names
+                   anything but a run setting (the params below): see
+                   "What a run may choose".
   wait_for_night   a sensor: the night is there when `wait_for` (the
                    harness's completion marker, a path or glob with {date})
                    matches a file, or, with `wait_for` unset, when `input`
@@ -25,21 +29,24 @@ Two tasks:
                    builds for each run. Not the worker's own python: Airflow's
                    pins and litmus-score's disagree.
 
-The environment names the program the worker runs, so it is deploy-time
-configuration (`environment` in litmus_nightly.json beside this file, read
-when the DAG is parsed), never a run param: a run triggered with an
-`environment` in its conf fails at once, having run nothing.
+What a run may choose. A run's conf may set the params (RUN_SETTINGS: the
+night, where to read and write, the policy, thresholds and adjudication
+mode, worker counts), all typed, and nothing else. The job gets them as one
+JSON object, which litmus-score checks against the allow-list the Dataflow
+template shares (pipeline.run_settings). What names code is the deployer's
+alone (DEPLOYED), set in litmus_nightly.json beside this file, read when the
+DAG is parsed: `environment`, the program the worker runs; `runner`
+(DirectRunner unless set); `beam_options`, the runner's options, e.g. for
+Dataflow {"project": "P", "region": "R", "temp_location": "gs://B/tmp",
+"setup_file": "/opt/litmus-score/pyproject.toml"}. Beam's options name
+programs, images, endpoints and packages: a run that could set them could
+run any shell line on the worker.
 
 Paths are absolute (local, or gs:// and the like where Beam reads them);
 the defaults follow docs/runners.md ("Nightly on Airflow"): litmus-score in
 /opt/litmus-score/.venv, the harness writing /data/litmus/runs/DATE/, the
-nights under /data/litmus/scores/. `runner` is DirectRunner unless set;
-`beam_options` carries the runner's options, e.g. for Dataflow
-{"project": "P", "region": "R", "temp_location": "gs://B/tmp",
-"setup_file": "/opt/litmus-score/pyproject.toml"}. Other defaults for every
-run go into litmus_nightly.json beside this file (a JSON object of settings:
-`environment` and the params' defaults), so the DAG is deployed as shipped; a
-run triggered by hand may set any param too.
+nights under /data/litmus/scores/. litmus_nightly.json may also set the
+params' defaults, so the DAG is deployed as shipped.
 
 Outcomes. A transient failure of the scoring job (exit 1, 2, a lost worker)
 is retried twice, 10 minutes apart. Exits 3, 4 and 5 are verdicts and fail at
@@ -63,6 +70,7 @@ from pathlib import Path
 
 import pendulum
 from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOperator
+from airflow.providers.standard.operators.python import PythonOperator
 from airflow.providers.standard.sensors.python import PythonSensor
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
@@ -84,20 +92,28 @@ RETRIES, RETRY_DELAY = 2, timedelta(minutes=10)
 NIGHT = "{{ params.night or data_interval_start | ds }}"
 # An interpreter, not a requirement: an absolute path whose last part is python, python3 or python3.N.
 INTERPRETER = re.compile(r"/(.+/)?python(3(\.\d+)?)?")
-ABSOLUTE = r"^(/|[a-z][a-z0-9+.-]*://)"  # a path from the root, or a URL (gs://, s3://, ...)
-# The settings as shipped; litmus_nightly.json beside this file may set others. All but
-# `environment` are params, which a run may set; the environment is the deployer's alone.
-SHIPPED_DEFAULTS = {
+# A path from the root, or a URL (gs://, s3://, ...), with no control character anywhere.
+ABSOLUTE = r"^(?![\s\S]*[\x00-\x1f\x7f])(/|[a-z][a-z0-9+.-]*://)"
+# The deployer's settings as shipped: they name what runs, so no run may set them.
+DEPLOYED = {
     "environment": "/opt/litmus-score/.venv/bin/python",
+    "runner": "DirectRunner",
+    "beam_options": {},
+}
+# The run settings (the params) and their defaults as shipped: all a run's conf may set.
+RUN_SETTINGS = {
     "input": "/data/litmus/runs/{date}/*.parquet",
     "wait_for": None,
     "output_root": "/data/litmus/scores",
     "policy": None,
     "thresholds": None,
+    "adjudication": None,
+    "num_workers": None,
+    "max_num_workers": None,
     "night": None,
-    "runner": "DirectRunner",
-    "beam_options": {},
 }
+# litmus_nightly.json beside this file may set any of these.
+SHIPPED_DEFAULTS = {**DEPLOYED, **RUN_SETTINGS}
 
 
 def exit_code(exception) -> int | None:
@@ -118,7 +134,8 @@ def failure_message(context) -> str:
                 f"(nothing matches {pattern})")
     code = exit_code(context.get("exception"))
     if code is None and context.get("exception"):  # no exit of litmus-score's (refused, timed out): say what
-        return f"litmus-score nightly {night}: the scoring task failed: {context['exception']}"
+        what = "not run" if context["task"].task_id == "check_run_settings" else "the scoring task failed"
+        return f"litmus-score nightly {night}: {what}: {context['exception']}"
     return f"litmus-score nightly {night}: {VERDICTS.get(code, 'the scoring job failed')} (exit code {code})"
 
 
@@ -133,6 +150,19 @@ def alert(context) -> None:
         from airflow.providers.smtp.notifications.smtp import SmtpNotifier
 
         SmtpNotifier(from_email=None, to=recipients, subject=message, html_content=message).notify(context)
+
+
+def refuse_other_settings(dag_run) -> None:
+    """Fails the task at once, unretried, naming the first setting (alphabetically) in the run's conf that
+    is not a run setting: whoever triggers a run chooses no program (docs/runners.md, "What a run may
+    choose")."""
+    for name in sorted(dag_run.conf or {}):
+        if name not in RUN_SETTINGS:
+            # The name is the triggering user's: escaped and cut, so the alert (an e-mail's subject) stays one line.
+            shown = name[:100].encode("unicode_escape").decode("ascii") + ("..." if len(name) > 100 else "")
+            raise AirflowFailException(
+                f"`{shown}` is not a run setting (a run sets {', '.join(RUN_SETTINGS)}): the environment, the "
+                "runner and Beam's options are set where the DAG is deployed, in litmus_nightly.json beside it")
 
 
 def night_has_arrived(pattern: str, night: str) -> bool:
@@ -152,17 +182,20 @@ def job_environment(environment: str) -> tuple:
 
 
 class LitmusScoreOperator(BeamRunPythonPipelineOperator):
-    """The Beam provider's operator, run in the deployed `environment` (fixed when the DAG is parsed,
-    never templated); litmus-score's verdict exits (3, 4, 5) fail the task without a retry."""
+    """The Beam provider's operator, run in the deployed `environment` with the deployed runner and Beam
+    options (fixed when the DAG is parsed, never from a run's params); litmus-score's verdict exits
+    (3, 4, 5) fail the task without a retry."""
+
+    # The deployed runner and options are used as they are: a template in them could read a run's params.
+    template_fields = tuple(field for field in BeamRunPythonPipelineOperator.template_fields
+                            if field not in ("runner", "default_pipeline_options"))
 
     def __init__(self, *, environment: str, **kwargs) -> None:
         super().__init__(**kwargs)
         self.environment = environment
 
     def execute(self, context):
-        if "environment" in context["params"]:  # a run's conf joins its params: refused, not ignored
-            raise AirflowFailException("`environment` is not a run param: litmus-score's environment is set "
-                                       "when the DAG is deployed (litmus_nightly.json beside it, docs/runners.md)")
+        refuse_other_settings(context["dag_run"])  # again: this task may be run on its own
         self.py_interpreter, self.py_requirements = job_environment(self.environment)
         if self.py_requirements is None and not os.access(self.py_interpreter, os.X_OK):
             raise AirflowFailException(f"no python at {self.py_interpreter}: install litmus-score there "
@@ -187,6 +220,11 @@ def site_defaults(path: Path) -> dict:
     if not isinstance(settings["environment"], str) or not settings["environment"]:
         raise ValueError(f"{path}: environment must be litmus-score's python or a pip requirement, "
                          f"not {settings['environment']!r}")
+    if not isinstance(settings["runner"], str) or not settings["runner"]:
+        raise ValueError(f"{path}: runner must name a Beam runner, not {settings['runner']!r}")
+    if not isinstance(settings["beam_options"], dict):
+        raise ValueError(f"{path}: beam_options must be a JSON object of Beam options, "
+                         f"not {settings['beam_options']!r}")
     return settings
 
 
@@ -199,7 +237,7 @@ with DAG(
     start_date=pendulum.datetime(2026, 12, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,  # a night's baseline is the night before: in order
-    # Native rendering: `beam_options` stays a dict, an unset option None (omitted).
+    # Native rendering: a run setting keeps its type (a count an int), an unset one is None (omitted).
     render_template_as_native_obj=True,
     params={
         "input": Param(DEFAULTS["input"], type="string", pattern=ABSOLUTE,
@@ -214,15 +252,23 @@ with DAG(
                                     "unset: verdicts as recorded"),
         "thresholds": Param(DEFAULTS["thresholds"], type=["null", "string"], pattern=ABSOLUTE,
                             description="Regression thresholds YAML; unset: litmus-score's defaults"),
+        "adjudication": Param(DEFAULTS["adjudication"], type=["null", "string"],
+                              enum=[None, "commit", "strict", "proposal"],
+                              description="Adjudication mode; unset: commit"),
+        "num_workers": Param(DEFAULTS["num_workers"], type=["null", "integer"], minimum=1,
+                             description="Workers to start with, where the runner starts workers (Dataflow)"),
+        "max_num_workers": Param(DEFAULTS["max_num_workers"], type=["null", "integer"], minimum=1,
+                                 description="Workers at most, where the runner starts workers (Dataflow)"),
         "night": Param(DEFAULTS["night"], type=["null", "string"], pattern=r"^\d{4}-\d{2}-\d{2}$",
                        description="Score this night (YYYY-MM-DD) instead of the data interval's start"),
-        "runner": Param(DEFAULTS["runner"], type="string",
-                        description="Beam runner: DirectRunner, DataflowRunner, ..."),
-        "beam_options": Param(DEFAULTS["beam_options"], type="object",
-                              description="The runner's options, e.g. project, region"),
     },
     tags=["litmus-score"],
 ) as dag:
+    check = PythonOperator(
+        task_id="check_run_settings",
+        python_callable=refuse_other_settings,
+        on_failure_callback=alert,
+    )
     wait = PythonSensor(
         task_id="wait_for_night",
         python_callable=night_has_arrived,
@@ -237,17 +283,15 @@ with DAG(
         environment=DEFAULTS["environment"],
         py_file=JOB_MODULE,
         py_options=["-m"],
-        runner="{{ params.runner }}",
-        default_pipeline_options="{{ params.beam_options }}",
-        pipeline_options={
+        runner=DEFAULTS["runner"],
+        default_pipeline_options=DEFAULTS["beam_options"],
+        # The run's settings, one JSON object that litmus-score checks against its allow-list.
+        pipeline_options={"run_settings": {
             "date": NIGHT,
-            "input": "{{ params.input }}",
-            "output_root": "{{ params.output_root }}",
-            "policy": "{{ params.policy }}",
-            "thresholds": "{{ params.thresholds }}",
-        },
+            **{name: f"{{{{ params.{name} }}}}" for name in RUN_SETTINGS if name not in ("night", "wait_for")},
+        }},
         retries=RETRIES,
         retry_delay=RETRY_DELAY,
         on_failure_callback=alert,
     )
-    wait >> score
+    check >> wait >> score

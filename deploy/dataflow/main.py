@@ -1,6 +1,6 @@
 """The Flex Template's entry point: pipeline.template with the template's
 parameters (--command=score|nightly, --input=..., ...) and the options
-Dataflow's launcher adds, which go to Beam unchanged."""
+Dataflow's launcher adds; the runner and Beam's options are the image's."""
 
 import sys
 
