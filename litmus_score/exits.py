@@ -22,7 +22,8 @@ class Exit(enum.IntEnum):
     INCOMPLETE_INPUT = 4
     # Done, but no regression verdict: the baseline was scored under other rules (spec version, mode or policy).
     WITHHELD = 5
-    # Interrupted (SIGINT, Ctrl-C) or terminated (SIGTERM): 128 + the signal's number, as shells report it.
+    # Interrupted (SIGINT, Ctrl-C) or terminated (SIGTERM): 128 + the signal's number, as shells report it;
+    # the other signals that stop a run (pipeline.supervise.STOPS: SIGHUP, ...) exit 128 + theirs too.
     INTERRUPTED = 130
     TERMINATED = 143
     # The run died of another signal (a crash: SIGSEGV in compiled code); any such signal N exits 128 + N,

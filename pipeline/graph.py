@@ -32,7 +32,6 @@ from transforms.elements import Tag
 from transforms.evidence import CollectEvidence
 from transforms.harness import CompareWithHarness, HarnessVerdictsOfBatches, ReadHarnessVerdicts
 from transforms.imports import REPORTS_TAG, UNMAPPED_TAG, ImportToScore
-from transforms.logfiles import log_identities
 from transforms.metrics import ComputeMetrics
 from transforms.read import DEFAULT_BATCH_ROWS, NoVerdictSource, ReadShards, shards_without_verdicts
 from transforms.records import failed_batch_to_unscored
@@ -85,7 +84,7 @@ class LogInputs(beam.PTransform):
         self._imports = imports
 
     def identities(self) -> list:
-        return input_identities(log_identities(self._imports.files))
+        return input_identities(self._imports.identities.items())
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, Any]:
         imported = pbegin | "Import logs" >> self._imports

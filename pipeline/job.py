@@ -40,7 +40,7 @@ from litmus_score.scoring.layout import (
 from pipeline import graph, publish
 from pipeline.flags import beam_options
 from pipeline.options import RunConfig, validate
-from pipeline.processes import settle_memory, workers_die_with_launcher
+from pipeline.processes import settle_memory, worker_crash_ends_run, workers_die_with_launcher
 from pipeline.progress import ProgressLine, runs_in_process
 from pipeline.rescore import like_with_like
 from transforms.files import to_json
@@ -294,7 +294,7 @@ def execute(pipeline: beam.Pipeline, shards: int | None = None) -> None:
         settle_memory()
     progress = ProgressLine(shards) if shards is not None and in_process else contextlib.nullcontext()
     try:
-        with progress, workers_die_with_launcher(pipeline.options), \
+        with progress, workers_die_with_launcher(pipeline.options), worker_crash_ends_run(), \
                 contextlib.redirect_stderr(_TracebacksUnprinted(sys.stderr)):
             state = pipeline.run().wait_until_finish()
     except Exception as error:  # whatever a worker raised, as the runner re-raises it

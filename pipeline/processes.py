@@ -1,6 +1,7 @@
 """Which process is which, across pid reuse and reboots (Linux's /proc;
-None elsewhere), a local run's worker processes ended with their launcher, and
-the allocators a local run keeps its memory in.
+None elsewhere), a local run's worker processes ended with their launcher, a
+worker process's crash made the run's, and the allocators a local run keeps
+its memory in.
 
 `--direct_running_mode=multi_processing` starts SDK workers as child
 processes (through a shell), and a killed launcher leaves them waiting on
@@ -9,6 +10,15 @@ its environment (LAUNCHER_ENV, inherited by every worker) and starts a
 watchdog, `python -m pipeline.processes MARK`, that waits for the launcher
 to end, however it ends (SIGKILL included), and then kills every process
 carrying the mark. On systems without /proc and pidfds it does nothing.
+
+Those workers, and those Beam's embedded job service starts for the
+portable runner, are subprocesses a thread of the runner waits for; one that
+dies of a signal (a segfault in compiled code, the OOM killer) ends only
+that thread, with an error, and the run then fails on a closed channel
+(about 90 lines of Beam's) or waits forever for the worker. In a supervised
+child (pipeline.supervise), while a job runs, the process dies of that same
+signal instead, so that its launcher says so in one line, as for a crash in
+a worker thread.
 """
 
 from __future__ import annotations
@@ -16,15 +26,22 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import select
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
+
+from pipeline import locknotes
 
 # "PID:START" of the launcher, in the environment of the workers it starts.
 LAUNCHER_ENV = "LITMUS_LAUNCHER"
 _LOCAL_RUNNERS = (None, "direct", "directrunner", "fnapirunner", "switchingdirectrunner")
+# What Beam's thread raises for a worker subprocess that ended badly (local_job_service.SubprocessSdkWorker):
+# its code is -N for a signal N, or 128 + N from the shell the worker was started through.
+_WORKER_ENDED = re.compile(r"Worker subprocess exited with return code (-?\d+)")
 
 
 def boot_id() -> str | None:
@@ -73,6 +90,49 @@ def workers_die_with_launcher(options):
         _kill_marked(mark)  # none after a job that ended; those of a job a signal stopped
         watchdog.kill()
         watchdog.wait()
+
+
+def _fatal_signal(error: BaseException) -> int | None:
+    """The signal a worker subprocess died of, when `error` is Beam's word of it; None otherwise."""
+    found = _WORKER_ENDED.search(str(error)) if isinstance(error, RuntimeError) else None
+    code = int(found.group(1)) if found else 0
+    signum = -code if code < 0 else code - 128 if code > 128 else None
+    return signum if signum in signal.valid_signals() else None
+
+
+@contextlib.contextmanager
+def worker_crash_ends_run():
+    """Around a job's run in a supervised child: a worker subprocess that dies
+    of a signal makes this process die of it (module docstring). Meanwhile
+    other threads' errors are held: those the crash causes (the runner's
+    channels to the dead worker closing) are its echo, and said only if the
+    process lives on."""
+    if not locknotes.noting():
+        yield
+        return
+    previous, held, dying = threading.excepthook, [], threading.Lock()
+
+    def hook(args) -> None:
+        signum = _fatal_signal(args.exc_value)
+        if signum is None:
+            held.append(args)
+            return
+        if not dying.acquire(blocking=False):
+            return  # another worker's end, from the first one's killing it
+        mark = os.environ.get(LAUNCHER_ENV)
+        if mark is not None:
+            _kill_marked(mark)  # the other workers: they would report the lost channels too
+        # Its default action, or for a stop the child's own handler (pipeline.supervise): either ends the run.
+        os.kill(os.getpid(), signum)
+
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        # Set back before a job's leftover workers are killed (workers_die_with_launcher): those are no crash.
+        threading.excepthook = previous
+        for args in held:
+            previous(args)
 
 
 def _kill_marked(mark: str) -> None:

@@ -2,9 +2,10 @@
 that whatever ends a run, the launcher ends promptly, says so in one line
 with a documented exit code, and leaves no lock behind.
 
-    launcher  forks before any work and waits. It passes SIGTERM and SIGINT
-              on to the child; a child that has not ended STOP_GRACE_S after
-              is killed. A child that was stopped or died of a signal (a
+    launcher  forks before any work and waits. It passes every stop (STOPS:
+              each catchable signal whose default action ends a process) on
+              to the child; a child that has not ended STOP_GRACE_S after is
+              killed. A child that was stopped or died of a signal (a
               crash such as a segfault in compiled code) leaves its locks to
               the launcher, which deletes those that still name the child
               and says in one line which folders were not published.
@@ -25,9 +26,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import select
 import signal
 import sys
 import tempfile
+import threading
+import time
 import traceback
 from collections.abc import Callable
 
@@ -38,7 +42,11 @@ from pipeline import locknotes
 
 # How long a stopped child may take to end before it is killed.
 STOP_GRACE_S = 5
-STOPS: dict[int, str] = {signal.SIGTERM: "terminated (SIGTERM)", signal.SIGINT: "interrupted (SIGINT)"}
+# Every catchable signal whose default action ends a process stops a run, as SIGTERM does; what each is said as.
+STOPS: dict[int, str] = {
+    signal.SIGTERM: "terminated (SIGTERM)", signal.SIGINT: "interrupted (SIGINT)",
+    **{stop: f"stopped ({stop.name})" for stop in (signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+                                                  signal.SIGPIPE, signal.SIGALRM)}}
 _PR_SET_PDEATHSIG = 1
 
 # The file, shared by a launcher and its child, where the child notes the locks it takes.
@@ -71,9 +79,11 @@ def _run_child(command: Callable[[], int], launcher: int) -> None:
     assert _notes_fd is not None
     locknotes.keep_notes(_notes_fd)
     _die_with(launcher)
-    for signum in STOPS:
+    handled = STOPS.keys() - {signal.SIGPIPE}
+    for signum in handled:
         signal.signal(signum, _stop_now)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
+    threading.Thread(target=_stop_when_piped, name="stop on SIGPIPE", daemon=True).start()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, handled)
     try:
         code = command()
     except SystemExit as stop:  # argparse's --help and usage errors
@@ -104,6 +114,16 @@ def _stop_now(signum, frame) -> None:
         _flush()
     finally:
         os._exit(of_signal(signum))
+
+
+def _stop_when_piped() -> None:
+    """A SIGPIPE sent to the child stops it as the other stops do. It stays
+    blocked in every other thread (they inherit the main thread's mask): the
+    SIGPIPE the kernel sends a thread whose write finds a closed pipe or
+    socket is that thread's alone, never seen here, and the write fails with
+    EPIPE as where Python ignores the signal, so a library may retry it."""
+    signal.sigwait({signal.SIGPIPE})
+    _stop_now(signal.SIGPIPE, None)
 
 
 def _flush() -> None:
@@ -145,18 +165,16 @@ class _Launcher:
     def __init__(self, child: int):
         self.child = child
         self.stop: int | None = None  # the first stop signal passed on
+        self.deadline: float | None = None  # when a child that has not ended since is killed
         self.killed = False
         self.ended = False
 
     def wait(self) -> int:
         for stop in STOPS:
             signal.signal(stop, self._pass_on)
-        signal.signal(signal.SIGALRM, self._kill)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # a handler: its signal wakes the wait
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
-        _, status = os.waitpid(self.child, 0)
-        self.ended = True
-        signal.alarm(0)
-        code = os.waitstatus_to_exitcode(status)
+        code = os.waitstatus_to_exitcode(self._reap())
         signum: int | None = -code if code < 0 else None  # it died of a signal
         if code - of_signal(0) in STOPS:  # it stopped itself, told to
             signum = code - of_signal(0)
@@ -170,6 +188,26 @@ class _Launcher:
         _say(STOPS.get(signum) or f"the run died (killed by {signal.Signals(signum).name})", folders)
         return of_signal(signum)
 
+    def _reap(self) -> int:
+        """The child's wait status once it has ended; killed once its grace after a stop is over. (No
+        SIGALRM timer: that signal is a stop.)"""
+        wakeup, woken = os.pipe()
+        for end in (wakeup, woken):
+            os.set_blocking(end, False)
+        signal.set_wakeup_fd(woken, warn_on_full_buffer=False)  # a byte for every signal: none is missed
+        while True:
+            pid, status = os.waitpid(self.child, os.WNOHANG)
+            if pid:
+                self.ended = True
+                return status
+            if self.deadline is not None and time.monotonic() >= self.deadline:
+                self.deadline, self.killed = None, True
+                os.kill(self.child, signal.SIGKILL)
+            select.select([wakeup], [], [], None if self.deadline is None else
+                          max(0.0, self.deadline - time.monotonic()))
+            with contextlib.suppress(BlockingIOError):
+                os.read(wakeup, 4096)
+
     def _pass_on(self, signum, frame) -> None:
         if self.ended:
             return
@@ -177,10 +215,4 @@ class _Launcher:
             os.kill(self.child, signum)
         if self.stop is None:
             self.stop = signum
-            signal.alarm(STOP_GRACE_S)
-
-    def _kill(self, signum, frame) -> None:
-        if not self.ended:
-            self.killed = True
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.child, signal.SIGKILL)
+            self.deadline = time.monotonic() + STOP_GRACE_S

@@ -45,10 +45,11 @@ from transforms import (
     NAMESPACE,
     coders,  # noqa: F401  (registers the Arrow element coders)
 )
-from transforms.conform import conform_batch
+from transforms.conform import UNREADABLE, conform_batch
 from transforms.elements import Tag
 from transforms.files import to_json, write_text
-from transforms.logfiles import SkippedLog, local_copy, match_logs, not_a_file, plan_parts
+from transforms.logfiles import SkippedLog, local_copy, log_identities, match_logs, not_a_file, plan_parts
+from transforms.shardfiles import identify, what_changed
 from transforms.write import FileSet, WriteBundleFn, commit_files
 
 UNMAPPED_TAG, REPORTS_TAG = "unmapped", "reports"
@@ -76,6 +77,10 @@ def _plan(module, path: str, handle):
     return plan
 
 
+class LogChanged(Exception):
+    """A log that, once a work item had read it, was no longer the file the run matched."""
+
+
 @beam.typehints.with_input_types(tuple[str, tuple[int, int | None] | None])
 class ImportLogFn(beam.DoFn):
     """A work item, (path, byte range or None for the whole file) -> pa.Tables
@@ -87,12 +92,18 @@ class ImportLogFn(beam.DoFn):
     bundle into tables of about CHUNK_ROWS, so that thousands of small logs
     (an AgentDojo folder, one episode a file) do not become thousands of
     one-row tables, and a log of millions of damaged units holds no more
-    than that many entries at once."""
+    than that many entries at once.
 
-    def __init__(self, log_format: str, principal: str, options=None):
+    `identities` (path -> FileIdentity, from when the logs were matched):
+    a log found changed once an item of it is read (grown, replaced, cut) is
+    not imported whole, as a shard that changed is not read whole: what was
+    read stays imported and counted, and the file's report names the change."""
+
+    def __init__(self, log_format: str, principal: str, options=None, identities: dict | None = None):
         self._format = log_format
         self._principal = principal
         self._options = dict(options or {})
+        self._identities = dict(identities or {})
         self._failed = Metrics.counter(NAMESPACE, "log_parts_failed")
         self._trajectories = Metrics.counter(NAMESPACE, "trajectories_imported")
         self._unmapped = Metrics.counter(NAMESPACE, "entries_unmapped")
@@ -149,6 +160,10 @@ class ImportLogFn(beam.DoFn):
                         if len(rows) >= CHUNK_ROWS:
                             yield from self._gather(path, positions, rows)
                             rows, positions = [], []
+            change = self._changed(path)
+            if change:
+                raise LogChanged(f"the log changed after the run matched it ({change}); its rows may mix two "
+                                 "versions")
         except Exception as error:
             # A foreign or damaged file makes a format's library raise
             # anything; the file fails alone and the report names the fault.
@@ -165,6 +180,15 @@ class ImportLogFn(beam.DoFn):
         report["principal_attribute"] = {context: dict(sorted(used.items()))
                                          for context, used in report["principal_attribute"].items()}
         yield from self.report_out(report)
+
+    def _changed(self, path: str) -> str | None:
+        recorded = self._identities.get(path)
+        if recorded is None:
+            return None
+        try:
+            return what_changed(recorded, identify(path))
+        except UNREADABLE:
+            return "it can no longer be opened"
 
     def finish_bundle(self):
         if self._tables:
@@ -207,8 +231,8 @@ class ImportToScoreFn(ImportLogFn):
     report, its rows the trajectories imported; merged per log)."""
 
     def __init__(self, log_format: str, principal: str, options=None,
-                 max_text_bytes: int = DEFAULT_BOUNDS.max_text_bytes):
-        super().__init__(log_format, principal, options)
+                 max_text_bytes: int = DEFAULT_BOUNDS.max_text_bytes, identities: dict | None = None):
+        super().__init__(log_format, principal, options, identities)
         self._max_text_bytes = max_text_bytes
 
     def start_item(self):
@@ -304,6 +328,8 @@ class ImportLogs(beam.PTransform):
         self.identity_header = {} if tried is None else {"identity_attributes": list(tried)}
         self._format, self._principal = log_format, principal
         self.files = match_logs(list(patterns), module.SUFFIXES)
+        # What each log was when matched (None: it cannot be opened; the import names why): checked once read.
+        self.identities = dict(log_identities(self.files))
         # Known from the files' sizes when the job is built, so that each work item is an element of its own.
         self.parts = plan_parts(self.files, getattr(module, "SPLITS", ()),
                                 bytes_per_part or getattr(module, "BYTES_PER_PART", None))
@@ -319,7 +345,7 @@ class ImportLogs(beam.PTransform):
         imported = (
             self.parts_of_logs(pbegin)
             | "Import part"
-            >> beam.ParDo(ImportLogFn(self._format, self._principal, self._options))
+            >> beam.ParDo(ImportLogFn(self._format, self._principal, self._options, self.identities))
             .with_output_types(pa.Table, **{UNMAPPED_TAG: pa.Table, REPORTS_TAG: dict})
             .with_outputs(UNMAPPED_TAG, REPORTS_TAG, main=TRAJECTORIES_DIR)
         )
@@ -342,7 +368,8 @@ class ImportToScore(ImportLogs):
         imported = (
             self.parts_of_logs(pbegin)
             | "Import part"
-            >> beam.ParDo(ImportToScoreFn(self._format, self._principal, self._options, self._max_text_bytes))
+            >> beam.ParDo(ImportToScoreFn(self._format, self._principal, self._options, self._max_text_bytes,
+                                         self.identities))
             .with_output_types(pa.RecordBatch, **{UNMAPPED_TAG: pa.Table, REPORTS_TAG: dict,
                                                   Tag.SHARD_REPORTS: dict})
             .with_outputs(UNMAPPED_TAG, REPORTS_TAG, Tag.SHARD_REPORTS, main="batches")

@@ -120,7 +120,7 @@ def what_changed(recorded: FileIdentity, found: FileIdentity):
     if found.size != recorded.size:
         return f"size {recorded.size:,} -> {found.size:,} bytes"
     if found.footer_sha256 != recorded.footer_sha256:
-        return "its Parquet footer differs"
+        return "its last bytes differ"
     if found.mtime_ns != recorded.mtime_ns:
         return "modified since"
     return None
