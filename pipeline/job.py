@@ -215,10 +215,14 @@ def read_evidence(folder: str, manifest: dict) -> dict | None:
 
 
 def first_looks(folder: str, manifest: dict) -> list:
-    """The trajectories of the published run in `folder` that its summary names to look at first."""
+    """The trajectories of the published run in `folder` that its summary names to look at first; none
+    where its files cannot be read now (the run is published: a hint must not change its exit code)."""
     from pipeline.show import starting_points
 
-    return starting_points(folder, manifest, read_evidence(folder, manifest) or {})
+    try:
+        return starting_points(folder, manifest, read_evidence(folder, manifest) or {})
+    except (OSError, ValueError):  # BeamIOError, Arrow's errors, a malformed evidence.json
+        return []
 
 
 def manifest_header(config: RunConfig, night: dict | None) -> dict:
