@@ -26,6 +26,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from litmus_score import text
 from litmus_score.exits import Exit, Terminated, of_run, of_stop, stop_name
+from litmus_score.importers import sniff
 from litmus_score.importers.manifest import incomplete, summary_lines
 from litmus_score.scoring import contract as c
 from litmus_score.scoring.layout import (
@@ -121,7 +122,8 @@ def summary(metrics: dict, manifest: dict, output: str, start_from: Sequence = (
         for issue in report["issues"]:
             lines.append(f"warning: {text.shown(report['file'])}: {text.shown(issue)}")
         if report["error"]:
-            lines.append(f"error: {text.shown(report['file'])} unreadable: {text.shown(report['error'])}")
+            lines.append(f"error: {text.shown(report['file'])} unreadable: {text.shown(report['error'])}"
+                         + ("" if imported is not None else sniff.file_hint(report["file"])))
     folder = text.display(output, text.ERROR_CHARS)
     lines += ["", f"outputs: {folder}/ (report.html, metrics.json, manifest.json, evidence.json, "
               "scored/, trajectories/, unscored/)"]

@@ -170,6 +170,15 @@ def test_a_folder_of_logs_given_as_shards_is_named_with_its_format(log_folders, 
     assert sniff.NAMES[log_format] in line and not (tmp_path / "o").exists()
 
 
+def test_a_log_file_read_as_a_shard_is_named_with_its_format(log_folders, score_cli, capsys):
+    code, _ = score_cli([log_folders / "inspect" / "*.eval", log_folders / "otel" / "*.jsonl"])
+    assert code == 4
+    errors = [line for line in capsys.readouterr().out.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 2 and all(" unreadable: " in line for line in errors)
+    for line, log_format in zip(errors, ("inspect", "otel")):  # the manifest's order: by path
+        assert line.endswith(f", --input_format {log_format})"), line
+
+
 def test_files_of_no_format_are_not_guessed(tmp_path):
     (tmp_path / "notes.json").write_text('{"eval": "not a log"}')
     (tmp_path / "README.md").write_text("eval_id")

@@ -1,6 +1,7 @@
-"""Which agent-log format a folder holds, guessed from its files' names and
-first bytes: what `score --input FOLDER` suggests when the folder holds no
-shard (`--input_format`), so that a folder of logs is not only "no .parquet".
+"""Which agent-log format a folder or a file holds, guessed from names and
+first bytes: what `score --input` suggests (`--input_format`) when a folder
+holds no shard, or a file it read is no Parquet, so that a folder of logs is
+not only "no .parquet".
 
 A guess, never a decision: nothing is imported on its strength.
 """
@@ -34,6 +35,12 @@ def guess(path: str) -> str | None:
         return None
     found = {log_format: head.find(marker) for log_format, marker in _MARKERS.items() if marker in head}
     return min(found, key=found.__getitem__) if found else None
+
+
+def file_hint(path: str) -> str:
+    """For a file that is no shard: what log it looks like, naming --input_format; "" for none."""
+    log_format = guess(path)
+    return f"; it looks like an agent log ({NAMES[log_format]}, --input_format {log_format})" if log_format else ""
 
 
 def suggestion(folder: str) -> str:
