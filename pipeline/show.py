@@ -306,7 +306,8 @@ def _find(output: str, manifest: dict, trajectory_id: str, run_id) -> tuple:
 def main(argv) -> Exit:
     parser = argparse.ArgumentParser(prog="litmus-score show", description=__doc__.split("\n")[0])
     parser.add_argument("output", help="a run's output folder (local, gs://, ...)")
-    parser.add_argument("trajectory_id")
+    parser.add_argument("trajectory_id", help="whole, as trajectories/ or unscored/ hold it (or as the terminal "
+                                              "shows it, escaped); one not found gets the closest named")
     parser.add_argument("--run", default=None, help="the run_id, where several runs share a trajectory_id")
     args = parser.parse_args(argv)
 
