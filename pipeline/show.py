@@ -4,7 +4,10 @@ Reads only the run's outputs (scored/, trajectories/, unscored/ and
 evidence.json), through Beam's FileSystems, so a run on any filesystem Beam
 reads can be inspected. Every string from the data is escaped for the
 terminal (litmus_score.text). A trajectory the report shows as evidence gets a
-link to its row there (report.html#ID, which opens its folded section).
+link to its row there (report.html#ID, which opens its folded section). An id
+that is not there gets one line with the form of the run's ids and the
+closest ones (closest_ids); the run's summary names ids to start from
+(starting_points).
 """
 
 from __future__ import annotations
