@@ -37,27 +37,21 @@ def _changed(row) -> str:
     return f"{row['verdict_changed']} ({row['verdict_changed_share']:.2%}, <= {row['verdict_changed_upper']:.2%})"
 
 
-def audit_table(block: dict, tool_chars: int = 24) -> str:
+def audit_table(block: dict) -> str:
     """The validity block as an aligned, terminal-safe table."""
     rows = audit_rows(block)
     if not rows:
         return "no call could be audited: none of a complete trajectory with a commit and JSON-object arguments"
-    lines = [
-        f"{HEADER[0]:<{tool_chars}} {HEADER[1]:>7} {HEADER[2]:>10} {HEADER[3]:>10} {HEADER[4]:>12} {HEADER[5]:>9} "
-        f"{HEADER[6]:>14} {HEADER[7]:>12}  {HEADER[8]:<24} {HEADER[9]:>5} {HEADER[10]:>5}  {HEADER[11]:<28}  "
-        f"{HEADER[12]:<28} {HEADER[13]}"
-    ]
-    for row in rows:
-        lines.append(
-            f"{text.display(row['tool'], tool_chars):<{tool_chars}} {row['calls']:>7} {row['unfaithful']:>10} "
-            f"{row['no_verdict']:>10} {row['verdict_diverged']:>12} {row['arguments_diverged']:>9} "
-            f"{row['principal_diverged']:>14} {row['not_realized']:>12}  {_share(row):<24} "
-            f"{row['over_flagged']:>5} {row['under_flagged']:>5}  "
-            f"{'valid on every observed call' if row['valid'] else 'not valid':<28}  "
-            f"{_changed(row):<28} {OUTCOMES.get(row['verdict'], 'n/a')}"
-        )
+    cells = [[text.shown(row["tool"]), *(str(row[key]) for key in (
+                 "calls", "unfaithful", "no_verdict", "verdict_diverged", "arguments_diverged",
+                 "principal_diverged", "not_realized")),
+              _share(row), str(row["over_flagged"]), str(row["under_flagged"]),
+              "valid on every observed call" if row["valid"] else "not valid", _changed(row),
+              OUTCOMES.get(row["verdict"], "n/a")]
+             for row in rows]
+    lines = text.table(HEADER, cells, right={1, 2, 3, 4, 5, 6, 7, 9, 10})
     valid = sum(row["valid"] for row in rows)
-    held = [text.display(row["tool"], tool_chars) for row in rows if row["verdict"] == HELD]
+    held = [text.shown(row["tool"]) for row in rows if row["verdict"] == HELD]
     lines += ["", f"{valid} of {len(rows)} tool(s) held on every observed call; a call counts under every "
                   "divergence that applies (docs/outputs.md: the validity audit).",
               f"The verdict held at commit (at most {VERDICT_TOLERANCE:.0%} of calls changed, 95% upper bound) for "
@@ -65,22 +59,21 @@ def audit_table(block: dict, tool_chars: int = 24) -> str:
     return "\n".join(lines)
 
 
-def rules_table(flagged_by_rule: dict, chars: int = 40) -> str:
+def rules_table(flagged_by_rule: dict) -> str:
     """The misuse calls per what decided them, most first, as an aligned, terminal-safe
     table; "" without any misuse call."""
     if not flagged_by_rule:
         return ""
-    lines = [f"{'misuse calls decided by':<{chars}} {'calls':>7}"]
-    for rule, calls in sorted(flagged_by_rule.items(), key=lambda item: (-item[1], item[0])):
-        lines.append(f"{text.display(rule, chars):<{chars}} {calls:>7}")
-    return "\n".join(lines)
+    ranked = sorted(flagged_by_rule.items(), key=lambda item: (-item[1], item[0]))
+    return "\n".join(text.table(("misuse calls decided by", "calls"),
+                                [[text.shown(rule), str(calls)] for rule, calls in ranked], right={1}))
 
 
 HARNESS_HEADER = ("run", "agent", "harness verdict", "trajectories", "harness misuse", "vs commit-time",
                   "harness only", "ours only", "vs proposal-time", "harness only", "ours only")
 
 
-def harness_table(groups, chars: int = 20) -> str:
+def harness_table(groups) -> str:
     """Per group and harness verdict, agreement with commit-time and proposal-time
     misuse, as an aligned, terminal-safe table; "" when no input keeps a harness verdict."""
     rows = [(group, name, block) for group in groups
@@ -92,16 +85,15 @@ def harness_table(groups, chars: int = 20) -> str:
         rate = cell["agreement"]["rate"]
         return f"{rate:6.1%}" if rate is not None else "   n/a"
 
-    widths = (chars, chars, chars, 12, 14, 14, 12, 9, 16, 12, 9)
-    lines = [" ".join(f"{h:<{w}}" if i < 3 else f"{h:>{w}}" for i, (h, w) in enumerate(zip(HARNESS_HEADER, widths)))]
+    cells = []
     for group, name, block in rows:
-        cells = [text.display(group["run_id"], chars), text.display(group["agent"], chars), text.display(name, chars),
-                 block["trajectories"], block["harness_misuse"]["count"]]
+        row = [text.shown(group["run_id"]), text.shown(group["agent"]), text.shown(name),
+               str(block["trajectories"]), str(block["harness_misuse"]["count"])]
         for ours in ("misuse", "legacy_misuse"):
-            cells += [agreement(block[ours]), block[ours]["harness_only"], block[ours]["ours_only"]]
-        lines.append(" ".join(f"{c:<{w}}" if i < 3 else f"{c:>{w}}" for i, (c, w) in enumerate(zip(cells, widths))))
+            row += [agreement(block[ours]), str(block[ours]["harness_only"]), str(block[ours]["ours_only"])]
+        cells.append(row)
     return "\n".join(["", "The harness's own verdict beside ours (scored trajectories; harness only: it says misuse, "
-                             "we do not):", *lines])
+                          "we do not):", *text.table(HARNESS_HEADER, cells, right=set(range(3, 11)))])
 
 
 def main(argv) -> Exit:

@@ -292,7 +292,7 @@ def _log_escaped() -> None:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     _log_escaped()
-    with _signals_as_exceptions():
+    with _signals_as_exceptions(), text.escaped_terminal():
         try:
             if argv and argv[0] in COMMANDS:
                 return int(COMMANDS[argv[0]].run(argv[1:]))
@@ -309,8 +309,11 @@ def main(argv=None) -> int:
 
 def entry_point(argv=None) -> None:
     """`litmus-score`, `python -m pipeline` and the deploy/ entry points: main()
-    in a child process this one supervises (pipeline.supervise)."""
-    sys.exit(supervise(lambda: main(argv)))
+    in a child process this one supervises (pipeline.supervise); what either
+    prints, a traceback of the child included, escaped (litmus_score.text)."""
+    with text.escaped_terminal():
+        code = supervise(lambda: main(argv))
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Sequence
 from importlib import metadata
 
 import apache_beam as beam
@@ -25,7 +26,9 @@ from apache_beam.io.filesystems import FileSystems
 
 from litmus_score import text
 from litmus_score.exits import Exit, Terminated, of_run, of_stop, stop_name
+from litmus_score.importers import sniff
 from litmus_score.importers.manifest import incomplete, summary_lines
+from litmus_score.scoring import contract as c
 from litmus_score.scoring.layout import (
     COMPARISON_FILE,
     COMPARISON_MANIFEST_SCHEMA,
@@ -61,8 +64,44 @@ def _rate(block) -> str:
     return f"{block['rate']:6.1%} [{low:.1%}, {high:.1%}]"
 
 
-def summary(metrics: dict, manifest: dict, output: str) -> str:
-    """A short, readable account of a run."""
+def _unscored(trajectories: dict) -> str:
+    """The unscored count and its reasons, in the contract's order. A trajectory counts once under each of its
+    reasons, and the reasons of its unscored calls count the `unscored_calls` trajectories again: they are
+    set apart, in brackets after it."""
+    by_reason = trajectories["unscored_by_reason"]
+    reasons = sorted((reason for reason, n in by_reason.items() if n),
+                     key=lambda reason: (c.REASONS.index(reason) if reason in c.REASONS else len(c.REASONS), reason))
+    of_calls = ", ".join(f"{reason} {by_reason[reason]}" for reason in reasons if reason in c.CALL_REASONS)
+    shown = [f"{text.shown(reason)} {by_reason[reason]}"
+             + (f" [by call reason: {of_calls}]" if reason == c.UNSCORED_CALLS and of_calls else "")
+             for reason in reasons if reason not in c.CALL_REASONS]
+    return f"{trajectories['unscored']}" + (f" ({', '.join(shown)})" if shown else "")
+
+
+# The summary's table, a column per entry: (header, the cell of a group of metrics.json, aligned right).
+SUMMARY_COLUMNS = (
+    ("run", lambda group: text.shown(group["run_id"]), False),
+    ("agent", lambda group: text.shown(group["agent"]), False),
+    ("misuse (95% CI)", lambda group: _rate(group["misuse"]), False),
+    ("legacy proposal-time", lambda group: _rate(group["legacy_misuse"]), False),
+    ("over", lambda group: str(group["over_penalized"]), True),
+    ("under", lambda group: str(group["under_penalized"]), True),
+    ("unscored (trajectories, by reason)", lambda group: _unscored(group["trajectories"]), False),
+)
+
+
+def summary_table(metrics: dict) -> list:
+    """Per (run_id, agent) group and in total, SUMMARY_COLUMNS as an aligned table: each column as wide as its
+    widest cell, names whole."""
+    groups = metrics["groups"] + [dict(metrics["totals"], run_id="TOTAL", agent="")]
+    return text.table([header for header, _, _ in SUMMARY_COLUMNS],
+                      [[cell(group) for _, cell, _ in SUMMARY_COLUMNS] for group in groups],
+                      right={i for i, (_, _, right) in enumerate(SUMMARY_COLUMNS) if right})
+
+
+def summary(metrics: dict, manifest: dict, output: str, start_from: Sequence = ()) -> str:
+    """A short, readable account of a run; `start_from`, the trajectories it names to look at first
+    (pipeline.show.starting_points)."""
     mode = metrics["adjudication"]
     trajectories, inputs = metrics["totals"]["trajectories"], metrics["inputs"]
     imported = manifest.get("import")
@@ -78,24 +117,19 @@ def summary(metrics: dict, manifest: dict, output: str) -> str:
                      f"the rest ({other['trajectories']['input']} trajectories) summed under run_id and agent {OTHER}")
     if inputs["rows_read"] < inputs["rows_declared"]:
         lines.append(f"{inputs['rows_declared'] - inputs['rows_read']} row(s) that files declare could not be read")
-    lines.append("")
-    lines.append(f"{'run':<22} {'agent':<16} {'misuse (95% CI)':<24} {'legacy proposal-time':<24} "
-                 f"{'over':>5} {'under':>5}  unscored")
-    for group in metrics["groups"] + [dict(metrics["totals"], run_id="TOTAL", agent="")]:
-        unscored = ", ".join(f"{reason} {n}" for reason, n in group["trajectories"]["unscored_by_reason"].items() if n)
-        lines.append(
-            f"{text.shown(group['run_id'])[:22]:<22} {text.shown(group['agent'])[:16]:<16} "
-            f"{_rate(group['misuse']):<24} {_rate(group['legacy_misuse']):<24} "
-            f"{group['over_penalized']:>5} {group['under_penalized']:>5}  "
-            f"{group['trajectories']['unscored']}{' (' + unscored + ')' if unscored else ''}"
-        )
+    lines += ["", *summary_table(metrics)]
     for report in manifest["inputs"]:
         for issue in report["issues"]:
             lines.append(f"warning: {text.shown(report['file'])}: {text.shown(issue)}")
         if report["error"]:
-            lines.append(f"error: {text.shown(report['file'])} unreadable: {text.shown(report['error'])}")
-    lines += ["", f"outputs: {output}/ (report.html, metrics.json, manifest.json, evidence.json, "
+            lines.append(f"error: {text.shown(report['file'])} unreadable: {text.shown(report['error'])}"
+                         + ("" if imported is not None else sniff.file_hint(report["file"])))
+    folder = text.display(output, text.ERROR_CHARS)
+    lines += ["", f"outputs: {folder}/ (report.html, metrics.json, manifest.json, evidence.json, "
               "scored/, trajectories/, unscored/)"]
+    if start_from:
+        lines.append(f"to start from (litmus-score show {folder} ID): "
+                     + ", ".join(f"{text.shown(trajectory_id)} ({why})" for _, trajectory_id, why in start_from))
     return "\n".join(lines)
 
 
@@ -170,12 +204,27 @@ def report_documents(folder: str, metrics: dict, manifest: dict, comparison=None
     documents = {}
     if comparison is not None:
         documents[COMPARISON_FILE] = to_json(comparison)
-    evidence = None
-    if any(entry["path"] == EVIDENCE_FILE for entry in manifest["outputs"]):
-        with FileSystems.open(FileSystems.join(folder, EVIDENCE_FILE)) as handle:
-            evidence = json.loads(handle.read().decode("utf-8"))
-    documents[REPORT_FILE] = render_report(metrics, manifest, comparison, evidence)
+    documents[REPORT_FILE] = render_report(metrics, manifest, comparison, read_evidence(folder, manifest))
     return documents
+
+
+def read_evidence(folder: str, manifest: dict) -> dict | None:
+    """evidence.json of the run in `folder`, if its manifest lists one."""
+    if not any(entry["path"] == EVIDENCE_FILE for entry in manifest["outputs"]):
+        return None
+    with FileSystems.open(FileSystems.join(folder, EVIDENCE_FILE)) as handle:
+        return json.loads(handle.read().decode("utf-8"))
+
+
+def first_looks(folder: str, manifest: dict) -> list:
+    """The trajectories of the published run in `folder` that its summary names to look at first; none
+    where its files cannot be read now (the run is published: a hint must not change its exit code)."""
+    from pipeline.show import starting_points
+
+    try:
+        return starting_points(folder, manifest, read_evidence(folder, manifest) or {})
+    except (OSError, ValueError):  # BeamIOError, Arrow's errors, a malformed evidence.json
+        return []
 
 
 def manifest_header(config: RunConfig, night: dict | None) -> dict:
@@ -383,7 +432,7 @@ def run(config: RunConfig, baseline: publish.Run | None = None, night: dict | No
     finally:
         if claimed is None:
             lock.release()
-    print(summary(metrics, manifest, config.output))
+    print(summary(metrics, manifest, config.output, first_looks(config.output, manifest)))
     if comparison is not None:
         print("\n".join(["", *comparison_lines(comparison)]))
     # A log not imported whole is input that was not scored, as an unreadable shard is.

@@ -20,6 +20,7 @@ import time
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
+from litmus_score import text
 from transforms.progress import TALLY, Counts
 
 # A run shorter than this shows no progress.
@@ -74,7 +75,8 @@ class ProgressLine:
 
     def __init__(self, total_shards: int, stream=None, after: float | None = None, every: float = 0.5):
         self._total = total_shards
-        self._stream = stream if stream is not None else sys.stderr
+        # The terminal itself: its control sequences are the line's own, everything else printed is escaped.
+        self._stream = stream if stream is not None else text.unescaped(sys.stderr)
         self._after, self._every = SHOW_AFTER_SECONDS if after is None else after, every
         self._done = threading.Event()
         self._drawn = False

@@ -463,7 +463,12 @@ GOOD_RULE = "{id: fine, tool: t, effect: deny}"
 
 @pytest.mark.parametrize("text, expected", [
     (rules_file(GOOD_RULE, "{id: typo, tool: t, when: [{arg: amount, gte: 5}], effect: deny}"),
-     "rules[1] (typo).when[0].gte: Extra inputs are not permitted"),
+     "rules[1] (typo).when[0]: unknown operator 'gte'; a condition takes arg and one of equals, not_equals, in, "
+     "not_in, glob, not_glob, regex, not_regex, exists, gt, ge, lt, le, any, all"),
+    (rules_file("{id: inner, tool: t, when: [{arg: cc, any: {matches: x}}], effect: deny}"),
+     "rules[0] (inner).when[0].any: unknown operator 'matches'; a condition takes arg and one of equals,"),
+    (rules_file("{id: who, tool: t, principal: {is: root}, effect: deny}"),
+     "rules[0] (who).principal: unknown operator 'is'; a principal condition takes in or not_in"),
     (rules_file(GOOD_RULE, "{id: two-ops, tool: t, when: [{arg: amount, gt: 1, lt: 5}], effect: deny}"),
      "rules[1] (two-ops).when[0]: a condition needs exactly one operator"),
     (rules_file("{id: no-op, tool: t, when: [{arg: amount}], effect: deny}"),

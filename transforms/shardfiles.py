@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
+from litmus_score.importers.sniff import suggestion
 from litmus_score.scoring.layout import IMPORT_MANIFEST_FILE, OUTPUT_KIND_KEY, SHARD_KIND
 from litmus_score.scoring.trajectory import REQUIRED_COLUMNS
 from transforms.conform import UNREADABLE
@@ -298,7 +299,7 @@ def match_shards(patterns) -> list:
         entries = _local_entries(pattern) if _is_local(pattern) else _remote_entries(pattern)
         if not entries:
             raise NoMatchingShards(
-                f"the folder {pattern!r} holds no {SHARD_SUFFIX} file (hidden names left out)"
+                f"the folder {pattern!r} holds no {SHARD_SUFFIX} file (hidden names left out){suggestion(pattern)}"
                 if _is_local(pattern) and os.path.isdir(pattern) else f"no file matches --input {pattern!r}")
         for canonical, error, spelling in entries:
             path, aliases, first_error = found.get(canonical, (canonical, set(), error))

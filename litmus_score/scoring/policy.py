@@ -237,6 +237,16 @@ class ElementCondition(_Model):
     _path: tuple = PrivateAttr()
     _expected: Any = PrivateAttr()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _known_operators(cls, data):
+        # Named here, with the valid ones, rather than as pydantic's "Extra inputs are not permitted".
+        unknown = [key for key in data if key not in ("arg", *_OPERATOR_FIELDS)] if isinstance(data, dict) else []
+        if unknown:
+            raise _fail(f"unknown operator {', '.join(map(repr, unknown))}; a condition takes arg and one of "
+                        f"{', '.join(_OPERATOR_FIELDS)}")
+        return data
+
     @field_validator("regex", "not_regex")
     @classmethod
     def _compiles(cls, pattern):
@@ -341,6 +351,14 @@ class PrincipalCondition(_Model):
 
     in_: list[Principal] | None = Field(None, alias="in")
     not_in: list[Principal] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_operators(cls, data):
+        unknown = [key for key in data if key not in ("in", "not_in")] if isinstance(data, dict) else []
+        if unknown:
+            raise _fail(f"unknown operator {', '.join(map(repr, unknown))}; a principal condition takes in or not_in")
+        return data
 
     @model_validator(mode="after")
     def _one_operator(self):
