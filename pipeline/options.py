@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from litmus_score.scoring import contract as c
 from litmus_score.scoring.layout import OTHER
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 # past a few threads the GIL-bound rest dominates and only memory grows.
 MAX_LOCAL_WORKERS = 4
 _WORKER_FLAGS = ("--direct_num_workers", "--direct_running_mode")
+# Where worker threads run (pipeline.threaded_runner says why not on FnApiRunner's own).
+THREADED_RUNNER = "pipeline.threaded_runner.ThreadedRunner"
 # Runners of ours by short name (Beam's own names resolve as Beam resolves them).
 RUNNERS = {"dask": "pipeline.dask_runner.DaskRunner"}
 
@@ -42,14 +44,18 @@ def with_our_runners(argv: list) -> list:
 def with_local_parallelism(argv: list) -> list:
     """argv, plus threaded DirectRunner workers (one per core, at most
     MAX_LOCAL_WORKERS) when the job runs on DirectRunner and the user chose
-    neither the number of workers nor their mode."""
+    neither the number of workers nor their mode. Worker threads, ours or
+    the user's, run on THREADED_RUNNER."""
     runner = PipelineOptions(argv).view_as(StandardOptions).runner
-    on_direct = runner is None or runner.lower().removesuffix("runner") == "direct"
+    local = "direct" if runner is None else runner.lower().removesuffix("runner")
     chosen = any(arg.split("=")[0] in _WORKER_FLAGS for arg in argv)
     workers = min(os.cpu_count() or 1, MAX_LOCAL_WORKERS)
-    if not on_direct or chosen or workers < 2:
-        return list(argv)
-    return [*argv, f"--direct_num_workers={workers}", "--direct_running_mode=multi_threading"]
+    if local == "direct" and not chosen and workers >= 2:
+        argv = [*argv, f"--direct_num_workers={workers}", "--direct_running_mode=multi_threading"]
+    threads = PipelineOptions(argv).view_as(DirectOptions).direct_running_mode == "multi_threading"
+    if local in ("direct", "fnapi") and threads:
+        argv = [*argv, f"--runner={THREADED_RUNNER}"]
+    return list(argv)
 
 
 class UsageError(ValueError):

@@ -25,7 +25,8 @@ from transforms.progress import TALLY, Counts
 
 # A run shorter than this shows no progress.
 SHOW_AFTER_SECONDS = 3.0
-IN_PROCESS_RUNNERS = {None, "direct", "directrunner", "fnapirunner", "switchingdirectrunner"}
+IN_PROCESS_RUNNERS = {None, "direct", "directrunner", "fnapirunner", "switchingdirectrunner",
+                      "pipeline.threaded_runner.threadedrunner"}
 
 
 def runs_in_process(options: PipelineOptions) -> bool:

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.cli import main
-from pipeline.options import MAX_LOCAL_WORKERS, with_local_parallelism
+from pipeline.options import MAX_LOCAL_WORKERS, THREADED_RUNNER, with_local_parallelism
 from tests import builders as b
 from tests.conftest import RUNNER, load_json
 from transforms import schema as s
@@ -209,13 +209,15 @@ def test_a_resolution_failure_keeps_only_the_rows_completeness_passed(tmp_path, 
 
 
 THREADS = ["--direct_num_workers=2", "--direct_running_mode=multi_threading"]
+ON_THREADS = [f"--runner={THREADED_RUNNER}"]
 
 
 @pytest.mark.parametrize("argv, added", [
-    ([], THREADS),
-    (["--runner", "DirectRunner"], THREADS),
-    (["--runner=direct"], THREADS),
+    ([], THREADS + ON_THREADS),
+    (["--runner", "DirectRunner"], THREADS + ON_THREADS),
+    (["--runner=direct"], THREADS + ON_THREADS),
     (["--runner", "FnApiRunner"], []),  # an explicit runner choice, as the tests make
+    (["--runner", "FnApiRunner", *THREADS], ON_THREADS),  # threads chosen: still on the threaded runner
     (["--runner", "DataflowRunner"], []),
     (["--direct_num_workers=1"], []),
     (["--direct_running_mode", "multi_processing"], []),
