@@ -366,12 +366,25 @@ def publishing(folder: str):
         raise Failed(f"cannot publish {folder}: {getattr(error, 'strerror', None) or one_line(error)}") from None
 
 
+def unaccounted(metrics: dict) -> None:
+    """Failed where the rows the inputs gave are not the trajectories the metrics count (scoring-v1's
+    conservation: rows read = input + duplicates dropped). Each stage accounts for every row it takes, so
+    a difference is rows a runner lost or delivered twice between stages: a run that publishes it would
+    read as complete, as one did when worker threads cut elements in two (docs/design.md)."""
+    read, totals = metrics["inputs"]["rows_read"], metrics["totals"]["trajectories"]
+    accounted = totals["input"] + totals["duplicates_dropped"]
+    if read != accounted:
+        raise Failed(f"the inputs gave {read} trajectory row(s) but the metrics account for {accounted}: "
+                     "the runner lost or repeated elements between stages")
+
+
 def complete(output: str, baseline: publish.Run | None, thresholds=None, policy: dict | None = None) -> tuple:
     """Publishes the run whose metrics.json and manifest are in `output`:
     its policy (policy_documents), the comparison with the pinned baseline,
     the report, the manifest listing them, _SUCCESS. (metrics, manifest, comparison)."""
     with publishing(output):
         metrics, manifest = publish.read_run(output, complete=False)
+        unaccounted(metrics)
         policy = policy or {}
         ours = (manifest.get("policy_sha256"), json.loads(policy[POLICY_FILE]) if policy else None)
         comparison = compare_with(baseline, metrics, thresholds, ours) if baseline is not None else None
