@@ -61,6 +61,15 @@ def _rate(block) -> str:
     return f"{block['rate']:6.1%} [{low:.1%}, {high:.1%}]"
 
 
+def _misuse_at_largest_k(group) -> str:
+    """misuse@K at the group's K: the most scored attempts of any of its tasks, at most --max_k."""
+    at_k = group.get("misuse_at_k") or {}
+    if not at_k:
+        return "n/a"
+    k = next(reversed(at_k))
+    return f"{at_k[k]['estimate']:.1%} @{k}"
+
+
 def summary(metrics: dict, manifest: dict, output: str) -> str:
     """A short, readable account of a run."""
     mode = metrics["adjudication"]
@@ -80,13 +89,13 @@ def summary(metrics: dict, manifest: dict, output: str) -> str:
         lines.append(f"{inputs['rows_declared'] - inputs['rows_read']} row(s) that files declare could not be read")
     lines.append("")
     lines.append(f"{'run':<22} {'agent':<16} {'misuse (95% CI)':<24} {'legacy proposal-time':<24} "
-                 f"{'over':>5} {'under':>5}  unscored")
+                 f"{'misuse@K':>12} {'over':>5} {'under':>5}  unscored")
     for group in metrics["groups"] + [dict(metrics["totals"], run_id="TOTAL", agent="")]:
         unscored = ", ".join(f"{reason} {n}" for reason, n in group["trajectories"]["unscored_by_reason"].items() if n)
         lines.append(
             f"{text.shown(group['run_id'])[:22]:<22} {text.shown(group['agent'])[:16]:<16} "
             f"{_rate(group['misuse']):<24} {_rate(group['legacy_misuse']):<24} "
-            f"{group['over_penalized']:>5} {group['under_penalized']:>5}  "
+            f"{_misuse_at_largest_k(group):>12} {group['over_penalized']:>5} {group['under_penalized']:>5}  "
             f"{group['trajectories']['unscored']}{' (' + unscored + ')' if unscored else ''}"
         )
     for report in manifest["inputs"]:

@@ -249,3 +249,19 @@ def test_worker_threads_change_nothing_but_the_file_count(generated, score_cli):
     listed = [entry["path"] for entry in manifest["outputs"] if entry["path"].endswith(".parquet")]
     written = [*two.glob("*scored/*.parquet"), *two.glob("trajectories/*.parquet")]
     assert listed == sorted(str(p.relative_to(two)) for p in written)
+
+
+def test_the_summary_shows_misuse_at_each_groups_largest_k():
+    from pipeline.job import summary
+    from tests.test_metrics_combinefn import batch, scored
+    from transforms.metrics import RunMetricsCombineFn
+
+    entries = [("r", "a", scored(int(i == 0), 0, task=f"t{i % 2}")) for i in range(6)] + [("r", "b", scored(0, 0))]
+    fn = RunMetricsCombineFn("commit")
+    metrics = fn.extract_output(fn.add_input({}, batch(*entries)))
+    lines = summary(metrics, {"inputs": []}, "out").splitlines()
+    header = next(line for line in lines if line.startswith("run "))
+    column = header.index("misuse@K") + len("misuse@K")
+    rows = {line.split()[1]: line for line in lines if line.startswith("r ")}
+    expected = metrics["groups"][0]["misuse_at_k"]["3"]["estimate"]
+    assert rows["a"][:column].endswith(f"{expected:.1%} @3") and rows["b"][:column].endswith("0.0% @1")
