@@ -37,6 +37,7 @@ from litmus_score.scoring.layout import (
     POLICY_SOURCE_FILE,
     REPORT_FILE,
 )
+from litmus_score.scoring.metrics import largest_common_k
 from pipeline import graph, publish
 from pipeline.flags import beam_options
 from pipeline.options import RunConfig, validate
@@ -150,6 +151,25 @@ def driver_lines(drivers: dict | None) -> list:
     return lines
 
 
+def _estimate(block: dict, field: str, interval: str) -> str:
+    ci = block[interval]
+    return f"{block[field]:.1%}" + (f" [{ci[0]:.1%}, {ci[1]:.1%}]" if ci else "")
+
+
+def misuse_at_k_lines(at_k: dict | None) -> list:
+    """Both runs' misuse@k of an agent (comparison.json's misuse_at_k) at the largest k both have."""
+    if not at_k:
+        return []
+    new, old = at_k.get("new"), at_k.get("old")
+    k = largest_common_k(new, old)
+    if new is None or old is None or k is None:
+        return []
+    sides = ", ".join(f"{_estimate(block[k], 'estimate', 'ci95')} {when} (proposal-time "
+                      f"{_estimate(block[k], 'legacy_estimate', 'legacy_ci95')})"
+                      for block, when in ((new, "now"), (old, "before")))
+    return [f"    misuse@{k} over tasks: {sides}; not the verdict's measure"]
+
+
 def comparison_lines(comparison: dict) -> list:
     """The verdict per agent, or why it is withheld, for the terminal."""
     if comparison["withheld"]:
@@ -168,6 +188,7 @@ def comparison_lines(comparison: dict) -> list:
     for agent in comparison["agents"]:
         lines.append(f"  {text.shown(agent['agent'])}: {agent['verdict']}"
                      + (f" ({'; '.join(text.shown(r) for r in agent['reasons'])})" if agent["reasons"] else ""))
+        lines += misuse_at_k_lines(agent.get("misuse_at_k"))
         lines += driver_lines(agent.get("drivers"))
     return lines
 

@@ -305,6 +305,14 @@ def misuse_at_k(histograms: tuple[Counter, Counter], max_k: int = DEFAULT_MAX_K)
     return block
 
 
+def largest_common_k(*blocks: Mapping | None) -> str | None:
+    """The largest k (as its key) that each of these misuse_at_k blocks has; None if any is None or empty."""
+    if any(not block for block in blocks):
+        return None
+    common = set.intersection(*(set(block) for block in blocks))  # type: ignore[arg-type]
+    return max(common, key=int) if common else None
+
+
 def group_document(stats: Mapping, mode: str, with_tasks: bool = True, max_k: int = DEFAULT_MAX_K,
                    histograms: tuple[Counter, Counter] | None = None) -> dict:
     """One group's fields: scoring-v1's, then the slices and the adjudication gap;
