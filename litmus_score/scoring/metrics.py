@@ -76,7 +76,8 @@ INPUTS = "inputs"
 INPUT_COUNTERS = ("files", "unreadable_files", "rows_declared", "rows_read")
 DEFAULT_MAX_SLICE_KEYS = 1000
 SLICES = ("tools", "task_categories", "tasks", "validity", "harness")
-# About 5 KB of metrics.json and 70 KB of memory per group (docs/design.md).
+# About 5 KB of metrics.json (and about 190 bytes more per k of misuse@k) and 70 KB of memory per
+# group (docs/design.md), and about 120 bytes per task its attempts hold (docs/outputs.md).
 DEFAULT_MAX_GROUPS = 1000
 # misuse@k is reported for k = 1 up to the most scored attempts of any task, at most this.
 DEFAULT_MAX_K = 32
