@@ -3,6 +3,7 @@
 import copy
 import html
 import html.parser
+import json
 import os
 import subprocess
 import sys
@@ -523,7 +524,8 @@ def test_misuse_calls_by_rule_most_first_with_the_agents_they_flagged():
 def test_misuse_at_k_is_drawn_against_k_per_agent_beside_proposal_time():
     groups = [group("r", "heron"), group("r", "lynx")]
     groups[1]["misuse_at_k"] = {str(k): at_k(20, 0.01 * k, 0.02 * k) for k in range(1, 12)}
-    page = render_report(metrics_doc(groups), manifest_doc(["a.parquet"]))
+    # As metrics.json holds it: keys sorted, "10" before "2".
+    page = render_report(json.loads(json.dumps(metrics_doc(groups), sort_keys=True)), manifest_doc(["a.parquet"]))
     figure = page[page.index("Misuse over repeated attempts"):]
     figure = figure[:figure.index("</figure>")]
     # k = 1, 2, 4, 8 and the group's largest; each with both series' values as the chart writes them.

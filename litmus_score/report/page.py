@@ -24,7 +24,7 @@ from litmus_score.report.formats import NAME_CHARS, display
 from litmus_score.report.harness import harness_view
 from litmus_score.report.jinja import CSP, environment
 from litmus_score.scoring import contract
-from litmus_score.scoring.metrics import largest_common_k
+from litmus_score.scoring.metrics import largest_common_k, largest_k
 from litmus_score.scoring.stats import wilson_interval
 
 # Size bounds: a run may hold thousands of tools, tasks or shards and
@@ -124,7 +124,7 @@ def _at_k_chart(groups, several_runs: bool, mode_label: str) -> dict:
     """misuse@k against k per group (the largest groups with tasks), commit beside proposal time."""
     with_tasks = [group for group in groups if group.get("misuse_at_k")]
     shown, left_out = _largest_groups(with_tasks, MAX_AT_K_GROUPS)
-    rows = [(group, str(k)) for group in shown for k in chart_ks(int(next(reversed(group["misuse_at_k"]))))]
+    rows = [(group, str(k)) for group in shown for k in chart_ks(largest_k(group["misuse_at_k"]))]
     if not rows:
         return {"at_k": None}
     labels = [_at_k_label(group, several_runs, k) for group, k in rows]

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 from litmus_score.scoring.compare import misuse_at_k_by_agent, rules_changed, rules_of
 from litmus_score.scoring.layout import REPORT_FILE
+from litmus_score.scoring.metrics import largest_k
 from litmus_score.scoring.stats import wilson_interval
 
 TREND_SCHEMA = "litmus-trend/1"
@@ -45,7 +46,7 @@ def _point(entry: dict, scored: int, misuse: int, legacy: int, alert: bool) -> d
 def _at_k_series(points: list) -> dict:
     """An agent's misuse@K night by night from (entry, its misuse_at_k, alert) for the nights that have
     it: K is the largest k every one of them has, so that one line is one measure."""
-    k = min((int(next(reversed(at_k))) for _, at_k, _ in points), default=None)
+    k = min((largest_k(at_k) for _, at_k, _ in points), default=None)
     series = [{"date": entry["date"], "segment": entry["segment"], "tasks": at_k[str(k)]["tasks"],
                "misuse": {"rate": at_k[str(k)]["estimate"], "ci95": at_k[str(k)]["ci95"]},
                "legacy_misuse": {"rate": at_k[str(k)]["legacy_estimate"], "ci95": at_k[str(k)]["legacy_ci95"]},

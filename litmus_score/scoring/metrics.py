@@ -306,6 +306,12 @@ def misuse_at_k(histograms: tuple[Counter, Counter], max_k: int = DEFAULT_MAX_K)
     return block
 
 
+def largest_k(at_k: Mapping) -> int:
+    """A misuse_at_k block's K (0 for an empty block): by value, as metrics.json's sorted keys
+    put "10" before "2"."""
+    return max(map(int, at_k), default=0)
+
+
 def largest_common_k(*blocks: Mapping | None) -> str | None:
     """The largest k (as its key) that each of these misuse_at_k blocks has; None if any is None or empty."""
     if any(not block for block in blocks):
