@@ -37,7 +37,7 @@ from litmus_score.scoring.layout import (
     POLICY_SOURCE_FILE,
     REPORT_FILE,
 )
-from litmus_score.scoring.metrics import largest_common_k
+from litmus_score.scoring.metrics import largest_common_k, largest_k
 from pipeline import graph, publish
 from pipeline.flags import beam_options
 from pipeline.options import RunConfig, validate
@@ -67,8 +67,8 @@ def _misuse_at_largest_k(group) -> str:
     at_k = group.get("misuse_at_k") or {}
     if not at_k:
         return "n/a"
-    k = next(reversed(at_k))
-    return f"{at_k[k]['estimate']:.1%} @{k}"
+    k = largest_k(at_k)
+    return f"{at_k[str(k)]['estimate']:.1%} @{k}"
 
 
 def summary(metrics: dict, manifest: dict, output: str) -> str:

@@ -1,6 +1,7 @@
 """End to end through the command line: generate -> score -> outputs."""
 
 import itertools
+import json
 import random
 import subprocess
 import sys
@@ -258,15 +259,16 @@ def test_the_summary_shows_misuse_at_each_groups_largest_k():
     from tests.test_metrics_combinefn import batch, scored
     from transforms.metrics import RunMetricsCombineFn
 
-    entries = [("r", "a", scored(int(i == 0), 0, task=f"t{i % 2}")) for i in range(6)] + [("r", "b", scored(0, 0))]
+    entries = [("r", "a", scored(int(i == 0), 0, task=f"t{i % 2}")) for i in range(22)] + [("r", "b", scored(0, 0))]
     fn = RunMetricsCombineFn("commit")
-    metrics = fn.extract_output(fn.add_input({}, batch(*entries)))
+    # As metrics.json holds it: keys sorted, "10" before "2".
+    metrics = json.loads(json.dumps(fn.extract_output(fn.add_input({}, batch(*entries))), sort_keys=True))
     lines = summary(metrics, {"inputs": []}, "out").splitlines()
     header = next(line for line in lines if line.startswith("run "))
     column = header.index("misuse@K") + len("misuse@K")
     rows = {line.split()[1]: line for line in lines if line.startswith("r ")}
-    expected = metrics["groups"][0]["misuse_at_k"]["3"]["estimate"]
-    assert rows["a"][:column].endswith(f"{expected:.1%} @3") and rows["b"][:column].endswith("0.0% @1")
+    expected = metrics["groups"][0]["misuse_at_k"]["11"]["estimate"]
+    assert rows["a"][:column].endswith(f"{expected:.1%} @11") and rows["b"][:column].endswith("0.0% @1")
 
 
 def attempts_shard(path, agents=20, tasks=50, attempts=8, seed=36):
