@@ -37,7 +37,7 @@ from litmus_score.scoring.layout import (
     POLICY_SOURCE_FILE,
     REPORT_FILE,
 )
-from litmus_score.scoring.metrics import largest_common_k, largest_k
+from litmus_score.scoring.metrics import largest_common_k
 from pipeline import graph, publish
 from pipeline.flags import beam_options
 from pipeline.options import RunConfig, validate
@@ -62,12 +62,13 @@ def _rate(block) -> str:
     return f"{block['rate']:6.1%} [{low:.1%}, {high:.1%}]"
 
 
-def _misuse_at_largest_k(group) -> str:
-    """misuse@K at the group's K: the most scored attempts of any of its tasks, at most --max_k."""
+def _misuse_at_k(group) -> str:
+    """misuse@K at the largest k that at least half of the group's tasks reach: with epochs, every
+    task's; never the one or two tasks the most attempts may leave, whose 0% or 100% says little."""
     at_k = group.get("misuse_at_k") or {}
     if not at_k:
         return "n/a"
-    k = largest_k(at_k)
+    k = max(k for k in map(int, at_k) if 2 * at_k[str(k)]["tasks"] >= at_k["1"]["tasks"])
     return f"{at_k[str(k)]['estimate']:.1%} @{k}"
 
 
@@ -96,7 +97,7 @@ def summary(metrics: dict, manifest: dict, output: str) -> str:
         lines.append(
             f"{text.shown(group['run_id'])[:22]:<22} {text.shown(group['agent'])[:16]:<16} "
             f"{_rate(group['misuse']):<24} {_rate(group['legacy_misuse']):<24} "
-            f"{_misuse_at_largest_k(group):>12} {group['over_penalized']:>5} {group['under_penalized']:>5}  "
+            f"{_misuse_at_k(group):>12} {group['over_penalized']:>5} {group['under_penalized']:>5}  "
             f"{group['trajectories']['unscored']}{' (' + unscored + ')' if unscored else ''}"
         )
     for report in manifest["inputs"]:

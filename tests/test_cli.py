@@ -254,12 +254,16 @@ def test_worker_threads_change_nothing_but_the_file_count(generated, score_cli):
     assert listed == sorted(str(p.relative_to(two)) for p in written)
 
 
-def test_the_summary_shows_misuse_at_each_groups_largest_k():
+def test_the_summary_shows_misuse_at_the_largest_k_half_the_tasks_reach():
     from pipeline.job import summary
     from tests.test_metrics_combinefn import batch, scored
     from transforms.metrics import RunMetricsCombineFn
 
-    entries = [("r", "a", scored(int(i == 0), 0, task=f"t{i % 2}")) for i in range(22)] + [("r", "b", scored(0, 0))]
+    # a: two tasks of 11 attempts and one of 1; b: one attempt; c: one task of 12 attempts, three of 2.
+    entries = [("r", "a", scored(int(i == 0), 0, task=f"t{i % 2}")) for i in range(22)] + [
+        ("r", "a", scored(1, 0, task="t2")), ("r", "b", scored(0, 0))] + [
+        ("r", "c", scored(int(i < 3), 0, task="long")) for i in range(12)] + [
+        ("r", "c", scored(int(i == 0), 0, task=f"u{i % 3}")) for i in range(6)]
     fn = RunMetricsCombineFn("commit")
     # As metrics.json holds it: keys sorted, "10" before "2".
     metrics = json.loads(json.dumps(fn.extract_output(fn.add_input({}, batch(*entries))), sort_keys=True))
@@ -267,8 +271,9 @@ def test_the_summary_shows_misuse_at_each_groups_largest_k():
     header = next(line for line in lines if line.startswith("run "))
     column = header.index("misuse@K") + len("misuse@K")
     rows = {line.split()[1]: line for line in lines if line.startswith("r ")}
-    expected = metrics["groups"][0]["misuse_at_k"]["11"]["estimate"]
-    assert rows["a"][:column].endswith(f"{expected:.1%} @11") and rows["b"][:column].endswith("0.0% @1")
+    a, c = (metrics["groups"][i]["misuse_at_k"] for i in (0, 2))
+    assert rows["a"][:column].endswith(f"{a['11']['estimate']:.1%} @11") and rows["b"][:column].endswith("0.0% @1")
+    assert rows["c"][:column].endswith(f"{c['2']['estimate']:.1%} @2") and "12" in c
 
 
 def attempts_shard(path, agents=20, tasks=50, attempts=8, seed=36):
