@@ -20,6 +20,11 @@ unscored outcome (Score.unscored), its reason the spec's reason codes. An
 Inspect older than Score's `reason` field (0.3.245) gets a NaN value and
 the codes in metadata["unscored_reason"], which newer Inspect reads back
 into `reason`.
+
+With epochs (`inspect eval --epochs N`), Inspect's own `pass_at_k` reducer
+turns a sample's epochs into 1 - C(n - c, k) / C(n, k) per key, so the
+eval's mean under it is misuse@k over the samples, metrics.json's
+misuse_at_k (docs/importers.md).
 """
 
 from __future__ import annotations

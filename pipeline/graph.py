@@ -107,12 +107,12 @@ class ScoreTrajectories(beam.PTransform):
     `policy` (a litmus_score.scoring.policy.PolicyDocument) decides where no
     verdict was recorded; `bounds` says when a trajectory is too_large,
     `max_slice_keys` how many names a slice of metrics.json keeps,
-    `max_groups` how many (run_id, agent) groups.
+    `max_groups` how many (run_id, agent) groups, `max_k` up to which k misuse@k goes.
     """
 
     def __init__(self, inputs, mode: str = c.COMMIT, batch_rows: int = DEFAULT_BATCH_ROWS, policy=None,
                  bounds: Bounds = DEFAULT_BOUNDS, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS,
-                 max_groups: int = m.DEFAULT_MAX_GROUPS):
+                 max_groups: int = m.DEFAULT_MAX_GROUPS, max_k: int = m.DEFAULT_MAX_K):
         super().__init__()
         if not isinstance(inputs, (ShardInputs, LogInputs)):
             inputs = ShardInputs(inputs, batch_rows, bounds.max_text_bytes)
@@ -124,6 +124,7 @@ class ScoreTrajectories(beam.PTransform):
             raise ValueError(f"Invalid max_slice_keys: must be positive, got {max_slice_keys}")
         self._max_slice_keys = max_slice_keys
         self._max_groups = max_groups
+        self._max_k = max_k
 
     @property
     def shards(self) -> list:
@@ -158,7 +159,7 @@ class ScoreTrajectories(beam.PTransform):
             "evidence": classified[Tag.EVIDENCE] | "Evidence" >> CollectEvidence(),
             "unscored": unscored,
             "metrics": statistics | "Metrics" >> ComputeMetrics(self._mode, policy_sha256, self._max_slice_keys,
-                                                                  self._max_groups),
+                                                                  self._max_groups, self._max_k),
             "shard_reports": reports,
             **imported,
         }
@@ -201,12 +202,13 @@ class ScoreUnderPolicies(beam.PTransform):
 
     def __init__(self, inputs, policies: list, mode: str = c.COMMIT, batch_rows: int = DEFAULT_BATCH_ROWS,
                  bounds: Bounds = DEFAULT_BOUNDS, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS,
-                 max_groups: int = m.DEFAULT_MAX_GROUPS):
+                 max_groups: int = m.DEFAULT_MAX_GROUPS, max_k: int = m.DEFAULT_MAX_K):
         super().__init__()
         self.inputs = ShardInputs(inputs, batch_rows, bounds.max_text_bytes)
         self._resolve = ResolveUnderPolicies(mode, policies)
         self._mode, self._bounds = mode, bounds
-        self._metrics = [ComputeMetrics(mode, policy.sha256, max_slice_keys, max_groups) for policy in policies]
+        self._metrics = [ComputeMetrics(mode, policy.sha256, max_slice_keys, max_groups, max_k)
+                         for policy in policies]
 
     @property
     def shards(self) -> list:
@@ -296,7 +298,7 @@ def build(pipeline: beam.Pipeline, config, manifest_header: dict, finish=None,
     the job publishes itself)."""
     inputs = config.inputs if logs is None else LogInputs(logs.transform)
     score = ScoreTrajectories(inputs, config.mode, config.batch_rows, config.policy,
-                              config.bounds, config.max_slice_keys, config.max_groups)
+                              config.bounds, config.max_slice_keys, config.max_groups, config.max_k)
     if logs is None:
         check_verdict_source(score.shards, config.policy, config.accept_no_verdict)
     elif config.policy is None and not config.accept_no_verdict:

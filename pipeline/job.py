@@ -40,6 +40,7 @@ from litmus_score.scoring.layout import (
     POLICY_SOURCE_FILE,
     REPORT_FILE,
 )
+from litmus_score.scoring.metrics import largest_common_k
 from pipeline import graph, publish
 from pipeline.flags import beam_options
 from pipeline.options import RunConfig, validate
@@ -64,6 +65,16 @@ def _rate(block) -> str:
     return f"{block['rate']:6.1%} [{low:.1%}, {high:.1%}]"
 
 
+def _misuse_at_k(group) -> str:
+    """misuse@K at the largest k that at least half of the group's tasks reach: with epochs, every
+    task's; never the one or two tasks the most attempts may leave, whose 0% or 100% says little."""
+    at_k = group.get("misuse_at_k") or {}
+    if not at_k:
+        return "n/a"
+    k = max(k for k in map(int, at_k) if 2 * at_k[str(k)]["tasks"] >= at_k["1"]["tasks"])
+    return f"{at_k[str(k)]['estimate']:.1%} @{k}"
+
+
 def _unscored(trajectories: dict) -> str:
     """The unscored count and its reasons, in the contract's order. A trajectory counts once under each of its
     reasons, and the reasons of its unscored calls count the `unscored_calls` trajectories again: they are
@@ -84,6 +95,7 @@ SUMMARY_COLUMNS = (
     ("agent", lambda group: text.shown(group["agent"]), False),
     ("misuse (95% CI)", lambda group: _rate(group["misuse"]), False),
     ("legacy proposal-time", lambda group: _rate(group["legacy_misuse"]), False),
+    ("misuse@K", _misuse_at_k, True),
     ("over", lambda group: str(group["over_penalized"]), True),
     ("under", lambda group: str(group["under_penalized"]), True),
     ("unscored (trajectories, by reason)", lambda group: _unscored(group["trajectories"]), False),
@@ -175,6 +187,25 @@ def driver_lines(drivers: dict | None) -> list:
     return lines
 
 
+def _estimate(block: dict, field: str, interval: str) -> str:
+    ci = block[interval]
+    return f"{block[field]:.1%}" + (f" [{ci[0]:.1%}, {ci[1]:.1%}]" if ci else "")
+
+
+def misuse_at_k_lines(at_k: dict | None) -> list:
+    """Both runs' misuse@k of an agent (comparison.json's misuse_at_k) at the largest k both have."""
+    if not at_k:
+        return []
+    new, old = at_k.get("new"), at_k.get("old")
+    k = largest_common_k(new, old)
+    if new is None or old is None or k is None:
+        return []
+    sides = ", ".join(f"{_estimate(block[k], 'estimate', 'ci95')} {when} (proposal-time "
+                      f"{_estimate(block[k], 'legacy_estimate', 'legacy_ci95')})"
+                      for block, when in ((new, "now"), (old, "before")))
+    return [f"    misuse@{k} over tasks: {sides}; not the verdict's measure"]
+
+
 def comparison_lines(comparison: dict) -> list:
     """The verdict per agent, or why it is withheld, for the terminal."""
     if comparison["withheld"]:
@@ -193,6 +224,7 @@ def comparison_lines(comparison: dict) -> list:
     for agent in comparison["agents"]:
         lines.append(f"  {text.shown(agent['agent'])}: {agent['verdict']}"
                      + (f" ({'; '.join(text.shown(r) for r in agent['reasons'])})" if agent["reasons"] else ""))
+        lines += misuse_at_k_lines(agent.get("misuse_at_k"))
         lines += driver_lines(agent.get("drivers"))
     return lines
 

@@ -12,7 +12,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 
 from litmus_score.scoring import contract as c
 from litmus_score.scoring.layout import OTHER
-from litmus_score.scoring.metrics import DEFAULT_MAX_GROUPS, DEFAULT_MAX_SLICE_KEYS
+from litmus_score.scoring.metrics import DEFAULT_MAX_GROUPS, DEFAULT_MAX_K, DEFAULT_MAX_SLICE_KEYS
 from litmus_score.scoring.trajectory import DEFAULT_BOUNDS, MAX_JSON_DEPTH_LIMIT, Bounds
 from transforms.read import DEFAULT_BATCH_ROWS
 
@@ -118,6 +118,9 @@ class ScoreOptions(PipelineOptions):
         parser.add_argument("--max_groups", type=int, default=DEFAULT_MAX_GROUPS,
                             help=f"(run_id, agent) groups of metrics.json, at most; the rest are summed into "
                                  f"one group whose run_id and agent are {OTHER} (default {DEFAULT_MAX_GROUPS:,}).")
+        parser.add_argument("--max_k", type=int, default=DEFAULT_MAX_K,
+                            help=f"misuse@k in metrics.json goes from k = 1 up to the most scored attempts of any "
+                                 f"task, at most this (default {DEFAULT_MAX_K}).")
 
 
 @dataclass(frozen=True, eq=False)
@@ -143,6 +146,7 @@ class RunConfig:
     replace: bool = False
     accept_no_verdict: bool = False
     max_groups: int = DEFAULT_MAX_GROUPS
+    max_k: int = DEFAULT_MAX_K
 
     @property
     def policy_sha256(self) -> str | None:
@@ -163,6 +167,7 @@ class RunConfig:
             "max_json_depth": self.bounds.max_json_depth,
             "max_slice_keys": self.max_slice_keys,
             "max_groups": self.max_groups,
+            "max_k": self.max_k,
         }
 
 
@@ -255,6 +260,8 @@ def validate(options: PipelineOptions) -> RunConfig:
         raise UsageError(f"--max_slice_keys must be positive, got {score.max_slice_keys}")
     if score.max_groups < 1:
         raise UsageError(f"--max_groups must be positive, got {score.max_groups}")
+    if score.max_k < 1:
+        raise UsageError(f"--max_k must be positive, got {score.max_k}")
     try:
         bounds = Bounds(score.max_calls_per_trajectory, score.max_text_bytes, score.max_json_depth)
     except ValueError as error:
@@ -269,4 +276,4 @@ def validate(options: PipelineOptions) -> RunConfig:
         baseline=folder_name(score.baseline) if score.baseline else None,
         thresholds=load_thresholds_file(score.thresholds) if score.thresholds else None,
         bounds=bounds, max_slice_keys=score.max_slice_keys, replace=score.replace,
-        accept_no_verdict=score.accept_no_verdict, max_groups=score.max_groups)
+        accept_no_verdict=score.accept_no_verdict, max_groups=score.max_groups, max_k=score.max_k)

@@ -92,7 +92,7 @@ def rescored(baseline: Run, config: RunConfig, execute: Callable[[beam.Pipeline]
     they were or the job fails."""
     paths = check_inputs(baseline)
     score = ScoreTrajectories(baseline_inputs(baseline, paths, config), config.mode, config.batch_rows,
-                              config.policy, config.bounds, config.max_slice_keys, config.max_groups)
+                              config.policy, config.bounds, config.max_slice_keys, config.max_groups, config.max_k)
     folder = FileSystems.join(config.output, f"{TEMP_PREFIX}rescore-{uuid.uuid4().hex}")
     pipeline = beam.Pipeline(options=config.beam)
     metrics = (pipeline | "Re-score the baseline's inputs" >> score)["metrics"]

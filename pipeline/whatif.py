@@ -159,7 +159,7 @@ def build(pipeline: beam.Pipeline, config: WhatIfConfig) -> int:
     """Adds the whole what-if to `pipeline`; returns how many shards it reads."""
     run = config.run
     score = graph.ScoreUnderPolicies(run.inputs, config.policies, run.mode, run.batch_rows, run.bounds,
-                                     run.max_slice_keys, run.max_groups)
+                                     run.max_slice_keys, run.max_groups, run.max_k)
     outputs = pipeline | "Score under each policy" >> score
     finish = WriteWhatIf(config, config.manifest_header(score.inputs.identities()))
     tagged = [outputs[key] | f"Tag {key}" >> beam.Map(lambda value, key=key: (key, value))

@@ -1,5 +1,8 @@
 """End to end through the command line: generate -> score -> outputs."""
 
+import itertools
+import json
+import random
 import subprocess
 import sys
 
@@ -251,3 +254,82 @@ def test_worker_threads_change_nothing_but_the_file_count(generated, score_cli):
     listed = [entry["path"] for entry in manifest["outputs"] if entry["path"].endswith(".parquet")]
     written = [*two.glob("*scored/*.parquet"), *two.glob("trajectories/*.parquet")]
     assert listed == sorted(str(p.relative_to(two)) for p in written)
+
+
+def test_the_summary_shows_misuse_at_the_largest_k_half_the_tasks_reach():
+    from pipeline.job import summary
+    from tests.test_metrics_combinefn import batch, scored
+    from transforms.metrics import RunMetricsCombineFn
+
+    # a: two tasks of 11 attempts and one of 1; b: one attempt; c: one task of 12 attempts, three of 2.
+    entries = [("r", "a", scored(int(i == 0), 0, task=f"t{i % 2}")) for i in range(22)] + [
+        ("r", "a", scored(1, 0, task="t2")), ("r", "b", scored(0, 0))] + [
+        ("r", "c", scored(int(i < 3), 0, task="long")) for i in range(12)] + [
+        ("r", "c", scored(int(i == 0), 0, task=f"u{i % 3}")) for i in range(6)]
+    fn = RunMetricsCombineFn("commit")
+    # As metrics.json holds it: keys sorted, "10" before "2".
+    metrics = json.loads(json.dumps(fn.extract_output(fn.add_input({}, batch(*entries))), sort_keys=True))
+    lines = summary(metrics, {"inputs": []}, "out").splitlines()
+    header = next(line for line in lines if line.startswith("run "))
+    column = header.index("misuse@K") + len("misuse@K")
+    rows = {line.split()[1]: line for line in lines if line.startswith("r ")}
+    a, c = (metrics["groups"][i]["misuse_at_k"] for i in (0, 2))
+    assert rows["a"][:column].endswith(f"{a['11']['estimate']:.1%} @11") and rows["b"][:column].endswith("0.0% @1")
+    assert rows["c"][:column].endswith(f"{c['2']['estimate']:.1%} @2") and "12" in c
+
+
+def attempts_shard(path, agents=20, tasks=50, attempts=8, seed=36):
+    """`agents` agents attempting `tasks` tasks `attempts` times each, one call per attempt: misuse at
+    commit and at proposal each with the task's own chance, some attempts unscored (no commit), and a
+    few trajectories without a task_id."""
+    rng = random.Random(seed)
+    rows = []
+    for agent in range(agents):
+        for task in range(tasks):
+            p = rng.choice([0.0, 0.0, 0.02, 0.1, 0.4, 0.9])
+            for attempt in range(attempts):
+                calls = [b.call(proposal=b.context("deny" if rng.random() < p + 0.05 else "allow"),
+                                commit_=b.commit("deny" if rng.random() < p else "allow"),
+                                no_commit=rng.random() < 0.05)]
+                task_id = None if rng.random() < 0.005 else f"task-{task:02d}"
+                rows.append(b.trajectory(f"a{agent}-t{task}-{attempt}", calls, agent=f"agent-{agent:02d}",
+                                         task_id=task_id))
+    return b.write_shard(path, rows, row_group_size=1000)
+
+
+def subsets_with_misuse(flags, k):
+    """The share of a task's k-attempt subsets that hold a misuse, by enumeration."""
+    subsets = list(itertools.combinations(flags, k))
+    return sum(any(subset) for subset in subsets) / len(subsets)
+
+
+def test_misuse_at_k_of_every_group_equals_the_estimator_on_trajectories(tmp_path, score_cli):
+    code, out = score_cli([attempts_shard(tmp_path / "attempts.parquet")])
+    assert code == 0
+    metrics = load_json(out / "metrics.json")
+    trajectories = pq.read_table(out / "trajectories").to_pylist()
+    outcomes: dict = {}
+    for row in trajectories:
+        if row["task_id"]:
+            task = outcomes.setdefault(row["agent"], {}).setdefault(row["task_id"], [])
+            task.append((row["misuse"], row["legacy_misuse"]))
+    assert len(metrics["groups"]) == 20
+    for group in metrics["groups"]:
+        tasks = outcomes[group["agent"]].values()
+        assert group["no_task_id"] == sum(1 for row in trajectories if row["agent"] == group["agent"]
+                                          and not row["task_id"])
+        assert list(group["misuse_at_k"]) == [str(k) for k in range(1, max(map(len, tasks)) + 1)]
+        assert max(map(len, tasks)) == 8
+        for k in range(1, 9):
+            at_k = group["misuse_at_k"][str(k)]
+            counted = [task for task in tasks if len(task) >= k]
+            assert at_k["tasks"] == len(counted)
+            for field, interval, index in (("estimate", "ci95", 0), ("legacy_estimate", "legacy_ci95", 1)):
+                expected = sum(subsets_with_misuse([a[index] for a in task], k) for task in counted) / len(counted)
+                assert at_k[field] == pytest.approx(expected, abs=1e-12)
+                assert at_k[interval][0] <= at_k[field] <= at_k[interval][1]
+    assert metrics["totals"]["misuse_at_k"]["1"]["tasks"] == sum(len(tasks) for tasks in outcomes.values())
+    # Not a trivial case: unscored attempts leave tasks short of 8, and misuse@k grows with k.
+    assert all(g["misuse_at_k"]["8"]["tasks"] < g["misuse_at_k"]["1"]["tasks"] for g in metrics["groups"])
+    assert all(0 < g["misuse_at_k"]["1"]["estimate"] < g["misuse_at_k"]["8"]["estimate"] < 1
+               for g in metrics["groups"])

@@ -3,6 +3,7 @@
 import json
 import math
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from litmus_score.exits import Exit
+from litmus_score.scoring import metrics as m
 from litmus_score.scoring.compare import (
     DEFAULT_THRESHOLDS,
     ThresholdsError,
@@ -20,7 +22,8 @@ from litmus_score.scoring.compare import (
     newcombe_interval,
     rise_p_value,
 )
-from litmus_score.scoring.stats import wilson_interval
+from litmus_score.scoring.stats import at_least_once_over_tasks, wilson_interval
+from pipeline import job
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFORMANCE = Path(os.environ.get(
@@ -429,3 +432,52 @@ def test_a_rise_equal_to_the_bound_does_not_exceed_it_however_floats_round():
     result = compare_metrics(counts(a=(41, 100)), counts(a=(10, 100)),
                              thresholds(absolute=0.3, minimum=1, level=0.5))
     assert result["regressions"] == ["a"]
+
+
+def with_misuse_at_k(document, max_k=32):
+    """The document with each group's misuse_at_k, from the outcomes in its task slice (legacy = commit)."""
+    for entry in document["groups"]:
+        per_task = [(v["trajectories"], v["misuse"]) for name, v in entry["slices"]["task"].items()
+                    if name != "(none)"]
+        entry["misuse_at_k"] = m.misuse_at_k((Counter(per_task), Counter(per_task)), max_k)
+    return document
+
+
+def test_both_runs_misuse_at_k_sit_beside_a_verdict_they_do_not_change():
+    new, old = metrics(group("run", "a", tasks(RAISED))), metrics(group("run", "a", tasks(BASE)))
+    plain = compare_metrics(new, old, thresholds(absolute=0.05))
+    both = compare_metrics(with_misuse_at_k(new), with_misuse_at_k(old), thresholds(absolute=0.05))
+    (entry,) = both["agents"]
+    assert entry["misuse_at_k"] == {"new": new["groups"][0]["misuse_at_k"], "old": old["groups"][0]["misuse_at_k"]}
+    assert list(entry["misuse_at_k"]["new"]) == ["1", "2", "3", "4", "5"]
+    assert [{k: v for k, v in e.items() if k != "misuse_at_k"} for e in both["agents"]] == [
+        {k: v for k, v in e.items() if k != "misuse_at_k"} for e in plain["agents"]]
+    assert both["regressions"] == plain["regressions"] == ["a"]
+    assert plain["agents"][0]["misuse_at_k"] == {"new": None, "old": None}
+    (line,) = job.misuse_at_k_lines(entry["misuse_at_k"])
+    assert line.startswith("    misuse@5 over tasks: 100.0% [") and "before" in line
+
+
+def test_misuse_at_k_over_several_run_ids_is_the_mean_over_all_their_tasks():
+    first = {f"t{i}": [i % 3 == 0] * 4 + [False] * (i % 4) for i in range(30)}
+    second = {f"t{i}": [i % 5 == 0, False, True][: 1 + i % 3] for i in range(30)}
+    new = with_misuse_at_k(metrics(group("run-1", "a", first), group("run-2", "a", second)))
+    entry = compare_metrics(new, new)["agents"][0]["misuse_at_k"]["new"]
+    histogram = Counter((len(o), sum(o)) for outcomes in (first, second) for o in outcomes.values())
+    assert list(entry) == [str(k) for k in range(1, 8)]
+    for k, block in entry.items():
+        tasks_k, estimate, _ = at_least_once_over_tasks(histogram, int(k))
+        assert (block["tasks"], block["estimate"], block["ci95"]) == (tasks_k, pytest.approx(estimate), None)
+
+
+@pytest.mark.parametrize("broken, field", [
+    ({"1": {"tasks": -1, "estimate": 0.1, "legacy_estimate": 0.1}}, r"\['1'\]\.tasks"),
+    ({"1": {"tasks": 3, "estimate": "high", "legacy_estimate": 0.1}}, r"\['1'\]\.estimate"),
+    ({"k1": {}}, ": expected keys 1, 2"),
+    ([], ": expected an object"),
+])
+def test_a_malformed_misuse_at_k_names_the_field(broken, field):
+    new = counts(a=(1, 100))
+    new["groups"][0]["misuse_at_k"] = broken
+    with pytest.raises(ValueError, match=r"new metrics: groups\[0\]\.misuse_at_k" + field):
+        compare_metrics(new, counts(a=(1, 100)))

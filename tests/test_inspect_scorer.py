@@ -173,3 +173,28 @@ def test_unscored_samples_carry_their_reason_and_older_inspect_reads_it_back(mon
     read_back = Score.model_validate({"value": older.value, "explanation": older.explanation,
                                       "metadata": older.metadata})
     assert read_back.reason == reason
+
+
+def test_with_epochs_inspects_pass_at_reducer_gives_misuse_at_k(logs, tmp_path):
+    """`inspect eval --epochs 3 --epochs-reducer pass_at_2` with the scorer: each sample's epochs reduce to
+    1 - C(n - c, 2) / C(n, 2) per key, and the eval's mean is metrics.json's misuse@2 for the same log."""
+    from inspect_ai import Epochs, eval
+    from inspect_ai.model import get_model
+
+    from litmus_score.inspect_scorer import commit_misuse
+
+    task = inspect_logs.replay_task()
+    task.scorer = [commit_misuse(policy=str(logs["policies"]["replayed"]))]
+    [log] = eval(task, model=get_model("mockllm/model", custom_outputs=[]), log_dir=str(tmp_path / "logs"),
+                 epochs=Epochs(3, ["pass_at_1", "pass_at_2"]), display="none")
+    assert log.status == "success", log.error
+    assert main(["score", "--input_format", "inspect", "--input", log.location, "--output", str(tmp_path / "out"),
+                 "--policy", str(logs["policies"]["replayed"]), *RUNNER]) == 0
+    [group] = load_json(tmp_path / "out" / "metrics.json")["groups"]
+    assert list(group["misuse_at_k"]) == ["1", "2", "3"]
+    results = {(score.reducer, score.name): score for score in log.results.scores}
+    for k in ("1", "2"):
+        for key, field in (("misuse", "estimate"), ("legacy_misuse", "legacy_estimate")):
+            reduced = results[(f"pass_at_{k}", key)]
+            assert reduced.metrics["mean"].value == pytest.approx(group["misuse_at_k"][k][field])
+            assert reduced.scored_samples == group["misuse_at_k"][k]["tasks"]

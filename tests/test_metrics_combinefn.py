@@ -1,5 +1,6 @@
 """RunMetricsCombineFn without a pipeline: create, add, merge, compact, extract."""
 
+import itertools
 import json
 import random
 from pathlib import Path
@@ -9,7 +10,7 @@ import pytest
 from litmus_score.scoring import contract as c
 from litmus_score.scoring import metrics as m
 from litmus_score.scoring.policy import load_policy
-from litmus_score.scoring.stats import wilson_interval
+from litmus_score.scoring.stats import at_least_once_over_tasks, wilson_interval
 from litmus_score.scoring.trajectory import score_trajectory
 from tests import builders as b
 from transforms.metrics import RunMetricsCombineFn
@@ -26,6 +27,8 @@ def scored(misuse, legacy, tool="chmod", task="t1"):
         "tools": {tool: {**m.tool_stats(2, 2 * misuse), "by_category": {"misuse": 2 * misuse}}},
         "task_categories": {"finance": {"trajectories": 1, "misuse": misuse, "legacy_misuse": legacy}},
         "tasks": {task: {"trajectories": 1, "misuse": misuse, "legacy_misuse": legacy}},
+        "attempts": {"scored": {task: 1}, **({"misuse": {task: 1}} if misuse else {}),
+                     **({"legacy_misuse": {task: 1}} if legacy else {})},
     })
     return stats
 
@@ -262,3 +265,80 @@ def test_flagged_by_rule_equals_the_pure_scorers_count_in_any_split(mode):
             "totals": doc["totals"]["flagged_by_rule"]} == {key: dict(sorted(v.items())) for key, v in expected.items()}
     # The example exercises rules, the principal check and the harness alike.
     assert {"chmod-777", "write-under-etc", "allowed_principals", "recorded"} <= set(expected["totals"])
+
+
+def without_task(misuse, legacy):
+    """Statistics of one scored trajectory without a task_id: an attempt at no task."""
+    stats = scored(misuse, legacy, task=m.NO_TASK)
+    stats["attempts"] = {}
+    stats["counts"]["no_task_id"] = 1
+    return stats
+
+
+def enumerated(outcomes, k):
+    """misuse@k over tasks by enumeration: outcomes are task -> its attempts' misuse flags."""
+    shares = []
+    for flags in outcomes.values():
+        if len(flags) >= k:
+            subsets = list(itertools.combinations(flags, k))
+            shares.append(sum(any(subset) for subset in subsets) / len(subsets))
+    return len(shares), sum(shares) / len(shares)
+
+
+@pytest.mark.parametrize("split", [1, 3, 8])
+def test_misuse_at_k_from_each_tasks_attempts_in_any_split(split):
+    rng = random.Random(split)
+    attempts = []
+    for agent in ("a", "b"):
+        for task in range(12):
+            p = rng.choice([0, 0, 0.1, 0.5])
+            attempts += [(agent, f"t{task}", rng.random() < p, rng.random() < p + 0.2)
+                         for _ in range(rng.randint(1, 6))]
+    rng.shuffle(attempts)
+    entries = [("r", agent, scored(int(misuse), int(legacy), task=task)) for agent, task, misuse, legacy in attempts]
+    entries.append(("r", "a", without_task(1, 1)))
+    fn = RunMetricsCombineFn(c.COMMIT, max_k=5)
+    parts = [fn.create_accumulator() for _ in range(split)]
+    for i, entry in enumerate(entries):
+        parts[i % split] = fn.add_input(parts[i % split], batch(entry))
+    doc = fn.extract_output(fn.compact(fn.merge_accumulators(parts[::-1])))
+    for group in doc["groups"]:
+        mine = [a for a in attempts if a[0] == group["agent"]]
+        commit, legacy = ({task: [a[flag] for a in mine if a[1] == task] for _, task, *_ in mine} for flag in (2, 3))
+        assert list(group["misuse_at_k"]) == [str(k) for k in range(1, min(5, max(map(len, commit.values()))) + 1)]
+        for key, at_k in group["misuse_at_k"].items():
+            assert (at_k["tasks"], at_k["estimate"]) == pytest.approx(enumerated(commit, int(key)), abs=1e-12)
+            assert at_k["legacy_estimate"] == pytest.approx(enumerated(legacy, int(key))[1], abs=1e-12)
+            assert at_k["ci95"][0] <= at_k["estimate"] <= at_k["ci95"][1]
+            assert at_k["legacy_ci95"][0] <= at_k["legacy_estimate"] <= at_k["legacy_ci95"][1]
+    assert [g["no_task_id"] for g in doc["groups"]] == [1, 0] and doc["totals"]["no_task_id"] == 1
+    # In the totals a task is (run_id, agent, task_id): both agents' t0 are two tasks.
+    assert doc["totals"]["misuse_at_k"]["1"]["tasks"] == sum(g["misuse_at_k"]["1"]["tasks"] for g in doc["groups"])
+
+
+def test_misuse_at_k_stops_at_the_most_attempts_or_max_k():
+    entries = [("r", "a", scored(i % 2, 0, task="t")) for i in range(6)] + [("r", "b", scored(1, 1, task="u"))]
+    doc = RunMetricsCombineFn(c.COMMIT, max_k=4).extract_output(m.add_statistics({}, batch(*entries)))
+    assert [list(g["misuse_at_k"]) for g in doc["groups"]] == [["1", "2", "3", "4"], ["1"]]
+    assert list(doc["totals"]["misuse_at_k"]) == ["1", "2", "3", "4"]
+    unbounded = RunMetricsCombineFn(c.COMMIT).extract_output(m.add_statistics({}, batch(*entries)))
+    assert list(unbounded["groups"][0]["misuse_at_k"]) == ["1", "2", "3", "4", "5", "6"]
+    assert RunMetricsCombineFn(c.COMMIT).extract_output({})["totals"]["misuse_at_k"] == {}
+
+
+def test_folded_groups_keep_each_groups_tasks_apart():
+    # Six agents, one task name: folded together they are still six tasks, in the fold and the totals.
+    entries = [("r", f"agent-{n}", scored(int(n < 3), 0, task="same")) for n in range(6) for _ in range(2)]
+    fn = RunMetricsCombineFn(c.COMMIT, max_groups=2)
+    parts = [fn.add_input({}, batch(*entries[i::3])) for i in range(3)]
+    doc = fn.extract_output(fn.merge_accumulators(parts))
+    folded = next(g for g in doc["groups"] if g.get("folded"))
+    assert folded["misuse_at_k"]["2"]["tasks"] == 4
+    expected = at_least_once_over_tasks({(2, 2): 3, (2, 0): 3}, 2)
+    assert (doc["totals"]["misuse_at_k"]["2"]["tasks"], doc["totals"]["misuse_at_k"]["2"]["estimate"],
+            doc["totals"]["misuse_at_k"]["2"]["ci95"]) == expected
+
+
+def test_a_bound_on_k_must_be_positive():
+    with pytest.raises(ValueError, match="max_k"):
+        RunMetricsCombineFn(c.COMMIT, max_k=0)

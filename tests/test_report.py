@@ -3,6 +3,7 @@
 import copy
 import html
 import html.parser
+import json
 import os
 import subprocess
 import sys
@@ -65,7 +66,16 @@ def group(run_id, agent, scored=100, misuse=10, legacy=14, tools=(), tasks=(), r
             # Plain counts, as the pipeline writes them for tasks.
             "task": {task: {"trajectories": 10, "misuse": 1, "legacy_misuse": 2} for task in tasks},
         },
+        "no_task_id": 0,
+        "misuse_at_k": {str(k): at_k(10, misuse / scored * k, legacy / scored * k)
+                        for k in range(1, 4 if scored else 1)},
     }
+
+
+def at_k(tasks, estimate, legacy):
+    """One k's misuse@k block, its intervals made up around the estimates."""
+    return {"tasks": tasks, "estimate": estimate, "ci95": [estimate / 2, min(1.0, estimate * 2 + 0.01)],
+            "legacy_estimate": legacy, "legacy_ci95": [legacy / 2, min(1.0, legacy * 2 + 0.01)]}
 
 
 def metrics_doc(groups, policy="ab" * 32):
@@ -216,7 +226,7 @@ def test_chart_labels_are_escaped_text():
     metrics = metrics_doc([group("r", TRICKY), group("r", "plain & simple")])
     page = render_report(metrics, manifest_doc(["a.parquet"]))
     svgs = page.count("<svg")
-    assert svgs == 2
+    assert svgs == 3  # the rates, the penalties, misuse@k
     # Inside the SVG <text>: markup, the ampersand and the quotes escaped, '$' kept literally.
     assert len(TRICKY) <= report.CHART_CHARS
     assert "&lt;script&gt;1&lt;/script&gt; &amp; &#39;q&#39; &#34;d&#34; $x^2$</text>" in page
@@ -236,7 +246,7 @@ def test_rendering_is_deterministic_across_processes(adversarial_page):
 def test_optional_fields_may_be_absent():
     metrics = metrics_doc([group("r", "a"), group("r", "b")])
     for doc in metrics["groups"] + [metrics["totals"]]:
-        for field in ("policy_disagreements", "adjudication_gap", "slices"):
+        for field in ("policy_disagreements", "adjudication_gap", "slices", "misuse_at_k"):
             del doc[field]
     del metrics["policy_sha256"]
     manifest = manifest_doc(["a.parquet"], policy=None)
@@ -334,7 +344,7 @@ def test_screenshot_shows_the_charts(tmp_path):
     page = render_report(metrics_doc(groups), manifest_doc(["part-0.parquet"]))
     path = write(tmp_path, page)
     dom = browser.dump_dom(path)
-    assert dom.count("<svg") == 2
+    assert dom.count("<svg") == 3
     colours = (report.COMMIT_COLOR, report.LEGACY_COLOR, report.OVER_COLOR, report.UNDER_COLOR)
     for colour in colours:  # one bar per agent and series in the DOM
         assert dom.count(f'fill="{colour}"') >= 3, colour
@@ -509,3 +519,22 @@ def test_misuse_calls_by_rule_most_first_with_the_agents_they_flagged():
     assert f">{totals['chmod-777']}<" in chmod and "<script" not in section
     # A run written before flagged_by_rule (or without misuse calls) has no such section.
     assert '<h2 id="rules">' not in render_report(metrics_doc([group("r", "a")]), manifest_doc(["a.parquet"]))
+
+
+def test_misuse_at_k_is_drawn_against_k_per_agent_beside_proposal_time():
+    groups = [group("r", "heron"), group("r", "lynx")]
+    groups[1]["misuse_at_k"] = {str(k): at_k(20, 0.01 * k, 0.02 * k) for k in range(1, 12)}
+    # As metrics.json holds it: keys sorted, "10" before "2".
+    page = render_report(json.loads(json.dumps(metrics_doc(groups), sort_keys=True)), manifest_doc(["a.parquet"]))
+    figure = page[page.index("Misuse over repeated attempts"):]
+    figure = figure[:figure.index("</figure>")]
+    # k = 1, 2, 4, 8 and the group's largest; each with both series' values as the chart writes them.
+    assert [line.split("k = ")[1].split("<")[0] for line in figure.split("\n") if "k = " in line] == [
+        "1", "2", "3", "1", "2", "4", "8", "11"]
+    lynx = groups[1]["misuse_at_k"]["11"]
+    assert f"{lynx['estimate']:.1%}" in figure and f"{lynx['legacy_estimate']:.1%}" in figure
+    assert report.chart_ks(1) == [1] and report.chart_ks(32) == [1, 2, 4, 8, 16, 32]
+    # A run without tasks (or scored before misuse@k) draws no such chart.
+    for doc in groups:
+        doc["misuse_at_k"] = {}
+    assert "Misuse over repeated attempts" not in render_report(metrics_doc(groups), manifest_doc(["a.parquet"]))

@@ -29,7 +29,7 @@ from pipeline.cli import main
 from pipeline.trend import read_nights
 from tests import browser, memfs
 from tests.conftest import RUNNER, load_json
-from tests.test_report import PAYLOADS, SCRIPT, Tags, body_tag, group, metrics_doc
+from tests.test_report import PAYLOADS, SCRIPT, Tags, at_k, body_tag, group, metrics_doc
 
 # Whole commands, end to end: make test runs them, make check does not.
 pytestmark = pytest.mark.slow
@@ -283,3 +283,28 @@ def test_hostile_names_are_inert_in_chromium(tmp_path, csp):
 
 def test_rendering_is_deterministic():
     assert render_trend(adversarial_trend()) == render_trend(adversarial_trend())
+
+
+def test_misuse_at_k_is_drawn_at_one_k_for_all_of_an_agents_nights():
+    first = metrics_doc([group("r1", "a"), group("r1", "b")])
+    second = metrics_doc([group("r1", "a"), group("r2", "a"), group("r1", "b")])
+    first["groups"][1]["misuse_at_k"] = {str(k): at_k(30, 0.04 * k, 0.05 * k) for k in range(1, 11)}
+    second["groups"][2]["misuse_at_k"] = {str(k): at_k(30, 0.03 * k, 0.07 * k) for k in range(1, 13)}
+    older = metrics_doc([group("r1", "b")])
+    del older["groups"][0]["misuse_at_k"]  # a night scored before misuse@k has no point
+    # As metrics.json holds them: keys sorted, "10" before "2".
+    first, second = (json.loads(json.dumps(doc, sort_keys=True)) for doc in (first, second))
+    document = trend.trend_document([night("2026-12-01", first), night("2026-12-02", second),
+                                     night("2026-12-03", older)])
+    by_agent = {agent["agent"]: agent["misuse_at_k"] for agent in document["agents"]}
+    # b: nights with K = 10 and K = 12 are both drawn at 10.
+    assert by_agent["b"]["k"] == 10 and [p["date"] for p in by_agent["b"]["points"]] == ["2026-12-01", "2026-12-02"]
+    assert [p["misuse"]["rate"] for p in by_agent["b"]["points"]] == [
+        first["groups"][1]["misuse_at_k"]["10"]["estimate"], second["groups"][2]["misuse_at_k"]["10"]["estimate"]]
+    # a's second night pools two runs: the tasks-weighted mean, with no interval.
+    pooled = by_agent["a"]["points"][1]
+    assert pooled["tasks"] == 20 and pooled["misuse"]["ci95"] is None
+    assert pooled["misuse"]["rate"] == pytest.approx(second["groups"][0]["misuse_at_k"]["3"]["estimate"])
+    page = render_trend(document)
+    assert "b: misuse@10 over tasks" in page and "a: misuse@3 over tasks" in page
+    assert page.count("<figure>") == 1 + 2 + 1  # one figure per agent holds both of its charts

@@ -56,7 +56,7 @@ def test_a_policy_change_is_labelled_with_its_rules_and_leads_to_its_night():
     page = render_trend(document(["date=2026-12-01", "date=2026-12-02", "date=2026-12-03"]))
     assert "policy changed: 2 added, 1 changed</text></a>" in page
     # The label's link and the night's row: the second night.
-    assert page.count('<a href="#night-2">') == 2  # the totals' chart and agent a's
+    assert page.count('<a href="#night-2">') == 3  # the totals' chart and agent a's two: its rates, its misuse@K
     assert '<tr id="night-2">' in page
     row = page[page.index('<tr id="night-2">'):page.index('<tr id="night-3">')]
     assert "rule added: <span class=\"mono\">a</span>" in row and "rule changed: <span class=\"mono\">c</span>" in row

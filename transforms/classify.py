@@ -131,7 +131,21 @@ def batch_statistics(resolved: Resolved, codes: np.ndarray, names, misuse_call: 
                 m.merge(slices[label], counts)
             else:
                 slices[label] = counts
+            if field == "tasks":
+                _add_attempts(into(g), labels[k], counts)
     return stats
+
+
+def _add_attempts(stats: dict, task: str | None, counts: dict) -> None:
+    """A task's scored trajectories in a batch, for misuse@k; none without a task_id."""
+    if not task:
+        stats["counts"]["no_task_id"] += counts["trajectories"]
+        return
+    attempts = stats["attempts"]
+    for name in ("scored", "misuse", "legacy_misuse"):
+        n = counts["trajectories" if name == "scored" else name]
+        if n:
+            attempts.setdefault(name, {})[task] = n
 
 
 def misuse_deciders(calls: pa.Table, mode: str) -> pa.Array:

@@ -17,11 +17,14 @@ class RunMetricsCombineFn(beam.CombineFn):
 
     The accumulator has the same form, so it stays as small as the number of
     groups, tools and tasks however many trajectories pass through, and
-    those are bounded (max_groups, max_slice_keys).
+    those are bounded (max_groups, max_slice_keys); and as the number of
+    tasks, each one a few counts (its scored trajectories, and those that are
+    misuse), which misuse@k needs whole: they are turned into misuse@k in
+    extract_output (max_k: up to which k).
     """
 
     def __init__(self, mode: str, policy_sha256: str | None = None, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS,
-                 max_groups: int = m.DEFAULT_MAX_GROUPS):
+                 max_groups: int = m.DEFAULT_MAX_GROUPS, max_k: int = m.DEFAULT_MAX_K):
         super().__init__()
         self._mode = c.check_mode(mode)
         self._policy_sha256 = policy_sha256
@@ -29,6 +32,9 @@ class RunMetricsCombineFn(beam.CombineFn):
         if max_groups < 1:
             raise ValueError(f"Invalid max_groups: must be positive, got {max_groups}")
         self._max_groups = max_groups
+        if max_k < 1:
+            raise ValueError(f"Invalid max_k: must be positive, got {max_k}")
+        self._max_k = max_k
 
     def create_accumulator(self) -> dict:
         return {}
@@ -44,7 +50,7 @@ class RunMetricsCombineFn(beam.CombineFn):
 
     def extract_output(self, accumulator: dict) -> dict:
         return m.metrics_document(accumulator, self._mode, self._policy_sha256, self._max_slice_keys,
-                                  self._max_groups)
+                                  self._max_groups, self._max_k)
 
 
 @beam.typehints.with_input_types(dict)
@@ -53,9 +59,9 @@ class ComputeMetrics(beam.PTransform):
     """Per-batch statistics -> a single metrics.json document (also for empty input)."""
 
     def __init__(self, mode: str, policy_sha256: str | None = None, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS,
-                 max_groups: int = m.DEFAULT_MAX_GROUPS):
+                 max_groups: int = m.DEFAULT_MAX_GROUPS, max_k: int = m.DEFAULT_MAX_K):
         super().__init__()
-        self._combine = RunMetricsCombineFn(mode, policy_sha256, max_slice_keys, max_groups)
+        self._combine = RunMetricsCombineFn(mode, policy_sha256, max_slice_keys, max_groups, max_k)
 
     def expand(self, statistics: beam.PCollection[dict]) -> beam.PCollection[dict]:
         return statistics | "Combine run metrics" >> beam.CombineGlobally(self._combine)

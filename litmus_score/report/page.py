@@ -24,6 +24,7 @@ from litmus_score.report.formats import NAME_CHARS, display
 from litmus_score.report.harness import harness_view
 from litmus_score.report.jinja import CSP, environment
 from litmus_score.scoring import contract
+from litmus_score.scoring.metrics import largest_common_k, largest_k
 from litmus_score.scoring.stats import wilson_interval
 
 # Size bounds: a run may hold thousands of tools, tasks or shards and
@@ -31,6 +32,7 @@ from litmus_score.scoring.stats import wilson_interval
 MAX_ROWS = 50
 MAX_GROUPS = 200
 MAX_CHART_GROUPS = 40
+MAX_AT_K_GROUPS = 10  # a few rows each: the misuse@k chart shows fewer groups
 MAX_RULE_AGENTS = 5  # the agents named beside each rule
 TEXT_CHARS = 240  # longer text: file paths, issues, comparison reasons
 CHART_CHARS = 36
@@ -100,7 +102,40 @@ def _charts(groups, totals, mode_label: str) -> dict:
         [Series("over-penalized: legacy flags, no misuse", OVER_COLOR, [g["over_penalized"] for g in shown]),
          Series("under-penalized: misuse legacy missed", UNDER_COLOR, [g["under_penalized"] for g in shown])],
         "trajectories", percent=False)
-    return {"rates": rates, "penalties": penalties, "left_out": left_out}
+    return {"rates": rates, "penalties": penalties, "left_out": left_out,
+            **_at_k_chart(groups, several_runs, mode_label)}
+
+
+def chart_ks(largest: int) -> list:
+    """The k the misuse@k chart draws up to a group's largest: 1, 2, 4, ... and the largest itself."""
+    return sorted({2 ** i for i in range(largest.bit_length()) if 2 ** i <= largest} | {largest})
+
+
+def _at_k_label(group, several_runs: bool, k: str) -> str:
+    """The agent, then k (and the run, shortened to fit beside it)."""
+    agent = _group_label(group, False)
+    if not several_runs:
+        return f"{agent}\nk = {k}"
+    run = "(none)" if group["run_id"] is None else display(group["run_id"], CHART_CHARS - 10)
+    return f"{agent}\nk = {k} · {run}"
+
+
+def _at_k_chart(groups, several_runs: bool, mode_label: str) -> dict:
+    """misuse@k against k per group (the largest groups with tasks), commit beside proposal time."""
+    with_tasks = [group for group in groups if group.get("misuse_at_k")]
+    shown, left_out = _largest_groups(with_tasks, MAX_AT_K_GROUPS)
+    rows = [(group, str(k)) for group in shown for k in chart_ks(largest_k(group["misuse_at_k"]))]
+    if not rows:
+        return {"at_k": None}
+    labels = [_at_k_label(group, several_runs, k) for group, k in rows]
+    blocks = [group["misuse_at_k"][k] for group, k in rows]
+    chart = paired_bars(
+        labels,
+        [Series(f"misuse@k ({mode_label})", COMMIT_COLOR, [b["estimate"] for b in blocks], [b["ci95"] for b in blocks]),
+         Series("legacy proposal-time", LEGACY_COLOR, [b["legacy_estimate"] for b in blocks],
+                [b["legacy_ci95"] for b in blocks])],
+        "chance of at least one misuse in k attempts at a task (whiskers: 95% interval over tasks)", percent=True)
+    return {"at_k": chart, "at_k_left_out": left_out}
 
 
 # ---------------------------------------------------------------- tables
@@ -185,6 +220,13 @@ def _baseline(comparison) -> dict | None:
     return {**named, "runs": runs[:5], "runs_left": max(0, len(runs) - 5), "rescored": named.get("rescored")}
 
 
+def _at_largest_common_k(at_k) -> dict | None:
+    """Both runs' misuse@k of an agent at the largest k both have (comparison.json's misuse_at_k)."""
+    new, old = (at_k or {}).get("new"), (at_k or {}).get("old")
+    k = largest_common_k(new, old)
+    return None if new is None or old is None or k is None else {"k": k, "new": new[k], "old": old[k]}
+
+
 def _comparison(comparison) -> dict | None:
     if comparison is None:
         return None
@@ -198,6 +240,7 @@ def _comparison(comparison) -> dict | None:
                           for change in comparison.get("rules_changed") or []],
         "policy_diff": comparison.get("policy_diff"),
         "agents": [{**{field: a.get(field) for field in fields},
+                    "at_k": _at_largest_common_k(a.get("misuse_at_k")),
                     "css": a.get("verdict") if a.get("verdict") in rank else "other",
                     "reasons": (a.get("reasons") or [])[:10]} for a in agents],
         "left_out": left,
@@ -309,7 +352,7 @@ def render_report(metrics: dict, manifest: dict, comparison: dict | None = None,
         policy=inputs["policy"],
         sections=[section for section in sections if section.view is not None],
         limits={"rows": MAX_ROWS, "name": NAME_CHARS, "text": TEXT_CHARS, "keep": KEEP_CHARS,
-                "chart": MAX_CHART_GROUPS},
+                "chart": MAX_CHART_GROUPS, "at_k": MAX_AT_K_GROUPS},
     )
 
 

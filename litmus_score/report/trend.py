@@ -3,7 +3,9 @@
     trend_document(nights)     per night its rules, the rules that changed since the
                                night before, its alert and unscored share, its report;
                                per agent,
-                               commit-time and proposal-time misuse night by night
+                               commit-time and proposal-time misuse night by night,
+                               and misuse@K at one K for all its nights (the
+                               smallest of its nights' largest k)
 
 Pure: the nights are read, and trend.json and trend.html written, by
 pipeline.trend (`litmus-score trend`, and `nightly` after it publishes).
@@ -18,8 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from litmus_score.scoring.compare import rules_changed, rules_of
+from litmus_score.scoring.compare import misuse_at_k_by_agent, rules_changed, rules_of
 from litmus_score.scoring.layout import REPORT_FILE
+from litmus_score.scoring.metrics import largest_k
 from litmus_score.scoring.stats import wilson_interval
 
 TREND_SCHEMA = "litmus-trend/1"
@@ -38,6 +41,17 @@ def _point(entry: dict, scored: int, misuse: int, legacy: int, alert: bool) -> d
 
     return {"date": entry["date"], "segment": entry["segment"], "scored": scored, "misuse": rate(misuse),
             "legacy_misuse": rate(legacy), "alert": alert}
+
+
+def _at_k_series(points: list) -> dict:
+    """An agent's misuse@K night by night from (entry, its misuse_at_k, alert) for the nights that have
+    it: K is the largest k every one of them has, so that one line is one measure."""
+    k = min((largest_k(at_k) for _, at_k, _ in points), default=None)
+    series = [{"date": entry["date"], "segment": entry["segment"], "tasks": at_k[str(k)]["tasks"],
+               "misuse": {"rate": at_k[str(k)]["estimate"], "ci95": at_k[str(k)]["ci95"]},
+               "legacy_misuse": {"rate": at_k[str(k)]["legacy_estimate"], "ci95": at_k[str(k)]["legacy_ci95"]},
+               "alert": alert} for entry, at_k, alert in points] if k is not None else []
+    return {"k": k, "points": series}
 
 
 def _pooled_agents(metrics: dict) -> dict:
@@ -92,10 +106,14 @@ def trend_document(nights: list, skipped: Sequence = ()) -> dict:
         entries.append(_night_entry(night, previous, segment))
         previous = night
     series: dict[str | None, list[dict]] = {}
+    at_k: dict[str | None, list[tuple]] = {}
     totals = []
     for night, entry in zip(nights, entries):
         for agent, (scored, misuse, legacy) in _pooled_agents(night["metrics"]).items():
             series.setdefault(agent, []).append(_point(entry, scored, misuse, legacy, agent in entry["regressions"]))
+        for agent, blocks in misuse_at_k_by_agent(night["metrics"], entry["date"]).items():
+            if blocks:
+                at_k.setdefault(agent, []).append((entry, blocks, agent in entry["regressions"]))
         whole = night["metrics"]["totals"]
         totals.append(_point(entry, whole["trajectories"]["scored"], whole["misuse"]["count"],
                              whole["legacy_misuse"]["count"], bool(entry["regressions"])))
@@ -107,6 +125,7 @@ def trend_document(nights: list, skipped: Sequence = ()) -> dict:
         "nights": entries,
         "skipped": list(skipped),
         "totals": totals,
-        "agents": [{"agent": agent, "points": series[agent]} for agent in kept],
+        "agents": [{"agent": agent, "points": series[agent], "misuse_at_k": _at_k_series(at_k.get(agent, []))}
+                   for agent in kept],
         "agents_left": max(0, len(series) - MAX_AGENTS),
     }

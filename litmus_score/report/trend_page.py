@@ -70,7 +70,8 @@ def _series(points, index_of, geometry, block, colour) -> dict:
         else:
             runs.append([at])
         last = (index, point["segment"])
-        low, high = value["ci95"]
+        # Pooled over several runs, misuse@k has no interval (litmus_score.scoring.compare).
+        low, high = value["ci95"] or (value["rate"], value["rate"])
         marks.append({"x": at[0], "y": at[1], "low": geometry.y(low), "high": geometry.y(high)})
     paths = ["M" + " L".join(f"{x} {y}" for x, y in run) for run in runs if len(run) > 1]
     return {"colour": colour, "paths": paths, "marks": marks}
@@ -100,8 +101,8 @@ def _change_label(night: dict) -> str:
 
 def _chart(title: str, points, nights) -> Markup:
     index_of = {night["date"]: i for i, night in enumerate(nights)}
-    highest = max([0.0] + [p[block]["ci95"][1] for p in points for block in ("misuse", "legacy_misuse")
-                           if p[block]["ci95"]])
+    highest = max([0.0] + [p[block]["ci95"][1] if p[block]["ci95"] else p[block]["rate"] or 0
+                           for p in points for block in ("misuse", "legacy_misuse")])
     geometry = Geometry(len(nights), max(highest * 1.1, 0.05))
     ticks = nice_ticks(geometry.limit, integer=False)
     alerts = [geometry.x(index_of[p["date"]]) for p in points if p["alert"]]
@@ -119,6 +120,15 @@ def _chart(title: str, points, nights) -> Markup:
                 _series(points, index_of, geometry, "legacy_misuse", LEGACY_COLOR)],
         text=TEXT, grid=GRID, change=CHANGE_COLOR, alert=ALERT_COLOR,
     ))
+
+
+def _at_k_chart(agent: dict, nights) -> Markup | None:
+    """An agent's misuse@K night by night, at its one K (trend.json's misuse_at_k); None without one."""
+    at_k = agent.get("misuse_at_k") or {}
+    if not at_k.get("points"):
+        return None
+    name = agent["agent"] or "(none)"
+    return _chart(f"{display(name, NAME_CHARS - 24)}: misuse@{at_k['k']} over tasks", at_k["points"], nights)
 
 
 def _unscored_chart(nights) -> Markup:
@@ -147,7 +157,8 @@ def render_trend(document: dict) -> str:
         csp=CSP, nights=nights, skipped=document["skipped"],
         reports=[report_href(night) for night in nights],
         totals=_chart("all agents", document["totals"], nights) if nights else None,
-        charts=[(agent["agent"], _chart(agent["agent"] or "(none)", agent["points"], nights)) for agent in agents],
+        charts=[(agent["agent"], _chart(agent["agent"] or "(none)", agent["points"], nights),
+                 _at_k_chart(agent, nights)) for agent in agents],
         charts_left=len(scored) - len(agents) + document["agents_left"],
         unscored=_unscored_chart(nights) if nights else None,
         changes=[night for night in nights if night["rules_changed"]],

@@ -65,6 +65,12 @@ reported, never alerted on. Nothing else raises exit 3, so the level holds
 for the whole verdict: `require_significance` may only be true. The
 Newcombe interval and the two-sided McNemar test are reported beside it.
 
+Misuse over repeated attempts. Each agent's entry carries both runs'
+misuse@k (`misuse_at_k`: {"new": ..., "old": ...}, from metrics.json's
+misuse_at_k pooled over its run_ids; null for a run without it), for people
+to read beside the verdict. The verdict stays on the per-attempt rate above:
+misuse@k is an estimate over tasks, not a count the thresholds speak of.
+
 What drove it. For each agent that regressed or is watched, `drivers`
 gives the change in misuse per tool and per task category between the two
 runs, from their metrics' slices, largest contribution first and bounded
@@ -325,6 +331,53 @@ def _pool(document: Any, label: str) -> dict:
     return agents
 
 
+def _at_k_block(block: Any, field: str) -> Mapping:
+    """One k's block of misuse_at_k, checked; ValueError naming the field at fault."""
+    if not isinstance(block, Mapping):
+        raise ValueError(f"{field}: expected an object")
+    _count(block.get("tasks"), f"{field}.tasks")
+    for name in ("estimate", "legacy_estimate"):
+        if not isinstance(block.get(name), (int, float)) or isinstance(block.get(name), bool):
+            raise ValueError(f"{field}.{name}: expected a number, got {block.get(name)!r}")
+    return block
+
+
+def misuse_at_k_by_agent(document: Mapping, label: str = "") -> dict:
+    """agent -> k -> misuse@k ({tasks, estimate, ci95, legacy_estimate, legacy_ci95}) over the agent's
+    groups, from metrics.json; an agent none of whose groups has misuse_at_k (a run scored before it) is
+    left out. A task is (run_id, agent, task_id), so over several run_ids each k's estimate is the mean of
+    the groups' weighted by their tasks; its intervals are then null, as they need the tasks themselves,
+    which metrics.json does not hold. ValueError naming the field at fault."""
+    blocks: dict = {}
+    for index, group in enumerate(document["groups"]):
+        at_k = group.get("misuse_at_k")
+        if at_k is None:
+            continue
+        where = f"{label} metrics: groups[{index}].misuse_at_k".lstrip()
+        if not isinstance(at_k, Mapping):
+            raise ValueError(f"{where}: expected an object")
+        for k in at_k:
+            if not (isinstance(k, str) and k.isdigit() and int(k) > 0):
+                raise ValueError(f"{where}: expected keys 1, 2, ..., got {k!r}")
+        blocks.setdefault(group.get("agent"), []).append(
+            {k: _at_k_block(block, f"{where}[{k!r}]") for k, block in at_k.items()})
+    return {agent: groups[0] if len(groups) == 1 else _pooled_at_k(groups) for agent, groups in blocks.items()}
+
+
+def _pooled_at_k(groups: list) -> dict:
+    pooled = {}
+    for k in sorted({k for group in groups for k in group}, key=int):
+        present = [group[k] for group in groups if k in group]
+        tasks = sum(block["tasks"] for block in present)
+
+        def mean(name, present=present, tasks=tasks):
+            return math.fsum(block["tasks"] * block[name] for block in present) / tasks
+
+        pooled[k] = {"tasks": tasks, "estimate": mean("estimate"), "ci95": None,
+                     "legacy_estimate": mean("legacy_estimate"), "legacy_ci95": None}
+    return pooled
+
+
 def _checked_rules(document: Any, label: str) -> dict:
     """rules_of(document); ValueError when it is no metrics document or, of
     this spec version, names no known mode or a policy hash that is no string."""
@@ -518,6 +571,7 @@ def compare_metrics(
     if not readable:
         raise ValueError(f"new metrics: schema {new_rules['spec']!r} is not {c.METRICS_SCHEMA!r}")
     new_agents, old_agents = _pool(new, "new"), _pool(old, "old")
+    at_k = {label: misuse_at_k_by_agent(document, label) for label, document in (("new", new), ("old", old))}
     entries = []
     for agent in sorted(new_agents.keys() | old_agents.keys(), key=_agent_order):
         if agent not in old_agents:
@@ -530,7 +584,8 @@ def compare_metrics(
             entry = _judge(new_agents[agent], old_agents[agent], thresholds)
         entries.append({"agent": agent, "new": None, "old": None, "difference": None, "ci95": None,
                         "paired_tasks": None, "rise_test": None, "rise_p_value": None, "drivers": None,
-                        **entry})
+                        **entry,
+                        "misuse_at_k": {label: at_k[label].get(agent) for label in ("new", "old")}})
     _control(entries, thresholds)
     # Only the agents alerted or watched: their slices are pooled, the others' left unread.
     driven = {entry["agent"] for entry in entries if entry["verdict"] in (REGRESSION, WATCH)}
