@@ -80,12 +80,13 @@ def _chunk_events(data: bytes, base: int, state: _State) -> list:
     events = [(int(at), "open" if step > 0 else "close", int(after))
               for at, step, after in zip(brackets[levels <= 3], steps[levels <= 3], depth_after[levels <= 3])]
     starts = quotes[opens_string]
-    depth_at = state.depth + np.concatenate(([0], np.cumsum(steps)))[np.searchsorted(brackets, starts)]
-    events += [(int(at), "string", 1) for at in starts[depth_at == 1]]
+    depth_between = np.concatenate(([state.depth], depth_after))  # before each bracket, and after the last
+    events += [(int(at), "string", 1) for at in starts[depth_between[np.searchsorted(brackets, starts)] == 1]]
+    # Commas at depth 2 first (few: between records), then those of them outside strings.
     commas = np.flatnonzero(raw == ord(","))
+    commas = commas[depth_between[np.searchsorted(brackets, commas)] == 2]
     commas = commas[(np.searchsorted(quotes, commas) % 2 == 1) == state.in_string]
-    depth_at = state.depth + np.concatenate(([0], np.cumsum(steps)))[np.searchsorted(brackets, commas)]
-    events += [(int(at), "comma", 2) for at in commas[depth_at == 2]]
+    events += [(int(at), "comma", 2) for at in commas]
     events.sort()
     state.depth = int(depth_after[-1]) if len(depth_after) else state.depth
     state.in_string = bool(len(quotes) % 2) != state.in_string
