@@ -38,7 +38,7 @@ OBSERVES = {
     "agent": "pipeline_name",
     "task_id": "user_task_id / injection_task_id (none where null)",
     "task_category": "suite_name",
-    "episode_outcome": "error",
+    "episode_outcome": "error (a fork that leaves it out: completed)",
     "verbal_stance": None,
     "calls.call_id": "FunctionCall.id (null in ground truth: message index . position)",
     "calls.tool": "FunctionCall.function",

@@ -677,17 +677,24 @@ def _unusable(record) -> tuple | None:
     """(reason, detail) where an entry of a .json log's samples cannot be matched to
     its header: not a record (a JSON object), or an id or epoch that is no key."""
     if not isinstance(record, dict):
-        return "sample_not_a_record", f"an entry of samples that is a JSON {type(record).__name__}, not an object"
+        return "sample_not_a_record", f"an entry of samples that is {_json_type(record)}, not an object"
     sample_id, epoch = record.get("id"), record.get("epoch")
     if isinstance(sample_id, bool) or not isinstance(sample_id, (str, int)):
-        return "sample_id_unusable", r.bounded(f"a sample whose id is {_json_kind(sample_id)}, not a string or number")
+        return "sample_id_unusable", r.bounded(f"a sample whose id is {_json_kind(sample_id)}, "
+                                               "not a string or an integer")
     if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, int)):
-        return "sample_id_unusable", r.bounded(f"a sample whose epoch is {_json_kind(epoch)}, not a number")
+        return "sample_id_unusable", r.bounded(f"a sample whose epoch is {_json_kind(epoch)}, not an integer")
     return None
 
 
+def _json_type(value) -> str:
+    """What JSON calls the type of a parsed value."""
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
 def _json_kind(value) -> str:
-    return "missing" if value is None else f"a JSON {type(value).__name__} {json.dumps(value)[:80]}"
+    return "missing or null" if value is None else f"{_json_type(value)} {json.dumps(value)[:80]}"
 
 
 def _migrated(record: dict) -> dict:
