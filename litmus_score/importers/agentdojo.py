@@ -160,7 +160,7 @@ def map_episode(result, benchmark_version, source: str, principal: str) -> tuple
 # error (a fork that never records one: the episode is taken as completed).
 _ABSENT_MEANS: dict[str, dict | None] = {"injections": {}, "error": None}
 # Where forks keep the conversation AgentDojo calls `messages`.
-_MESSAGES_KEYS = ("messages", "conversations")
+_FORK_MESSAGES = "conversations"
 
 
 def _content_blocks(messages: list) -> list:
@@ -185,18 +185,19 @@ def read_log(local_path: str, source: str, principal: str) -> Iterator:
         raise ValueError("not an AgentDojo episode result (a JSON object)")
     facts = {"benchmark_version": document.get("benchmark_version"),
              "agentdojo_package_version": document.get("agentdojo_package_version")}
-    messages_key = next((key for key in _MESSAGES_KEYS if key in document), None)
-    if messages_key is None:
-        raise ValueError(f"not an AgentDojo episode result (no {' or '.join(_MESSAGES_KEYS)})")
+    messages_key = "messages" if "messages" in document else _FORK_MESSAGES
+    if messages_key not in document:
+        raise ValueError(f"not an AgentDojo episode result (no messages or {_FORK_MESSAGES})")
     if messages_key != "messages":
         facts["messages_from"] = messages_key
-    absent = sorted(key for key in _ABSENT_MEANS if key not in document)
-    if absent:
-        facts["fields_absent"] = absent
-    fields = {**_ABSENT_MEANS, **{key: value for key, value in document.items() if key not in _MESSAGES_KEYS}}
-    messages = document[messages_key]
-    fields["messages"] = _content_blocks(messages) if isinstance(messages, list) else messages
-    result = TaskResults(**fields)
+    if not _ABSENT_MEANS.keys() <= document.keys():
+        facts["fields_absent"] = sorted(_ABSENT_MEANS.keys() - document.keys())
+    fields = {**_ABSENT_MEANS, **document}
+    messages = fields.pop(messages_key)
+    # As AgentDojo's own loader does: results older than the content blocks lack this field.
+    if "agentdojo_package_version" not in document and isinstance(messages, list):
+        messages = _content_blocks(messages)
+    result = TaskResults(**fields, messages=messages)
     yield r.FileSummary(facts, units_declared=1)
     mapped, unmapped = map_episode(result, document.get("benchmark_version"), source, principal)
     yield from unmapped
