@@ -82,9 +82,14 @@ def _chunk_events(data: bytes, base: int, state: _State) -> list:
     starts = quotes[opens_string]
     depth_between = np.concatenate(([state.depth], depth_after))  # before each bracket, and after the last
     events += [(int(at), "string", 1) for at in starts[depth_between[np.searchsorted(brackets, starts)] == 1]]
-    # Commas at depth 2 first (few: between records), then those of them outside strings.
-    commas = np.flatnonzero(raw == ord(","))
-    commas = commas[depth_between[np.searchsorted(brackets, commas)] == 2]
+    # Commas are looked for only where the depth is 2 (between the records: few bytes), then
+    # kept where they lie outside strings.
+    stretch_starts = np.concatenate(([0], brackets + 1))[depth_between == 2]
+    stretch_ends = np.append(brackets, len(raw))[depth_between == 2]
+    lengths = stretch_ends - stretch_starts
+    within = (np.repeat(stretch_starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
+              + np.arange(lengths.sum()))
+    commas = within[raw[within] == ord(",")]
     commas = commas[(np.searchsorted(quotes, commas) % 2 == 1) == state.in_string]
     events += [(int(at), "comma", 2) for at in commas]
     events.sort()
