@@ -56,7 +56,11 @@ def check_accounting(output: Path) -> dict:
     assert totals["not_imported"]["calls"] == sum(u["call"] and u["trajectory_id"] is None for u in unmapped)
     # Every unit read became a trajectory or an unmapped unit ...
     assert totals["units"] == totals["trajectories"] + sum(u["unit"] for u in unmapped)
-    assert totals["not_imported"]["units"] == sum(u["unit"] for u in unmapped)
+    # ... and the units not imported are those, with the units of the files that failed never read:
+    # at least one a failed file, whatever it declares.
+    assert totals["not_imported"]["units"] == sum(u["unit"] for u in unmapped) + totals["units_unread"]
+    assert totals["units_unread"] == sum(f["units_unread"] for f in manifest["files"])
+    assert totals["files_failed"] == len(manifest["failed_files"])
     for context in ("proposal", "commit"):
         source = manifest["principal"]["source"][context]
         present = sum(call[context] is not None for row in trajectories for call in row["calls"])
@@ -65,9 +69,14 @@ def check_accounting(output: Path) -> dict:
         mine = [u for u in unmapped if u["file"] == report["file"]]
         assert report["unmapped"] == len(mine)
         assert report["trajectories"] == sum(row["source_log"] == report["file"] for row in trajectories)
-        # ... and a file that lists its units has them all accounted for.
+        # ... and a file that lists its units has them all accounted for; one that failed, the rest unread.
         if report["units_declared"] is not None and report["error"] is None:
             assert report["units"] == report["units_declared"], report["file"]
+        if report["error"] is None:
+            assert report["units_unread"] == 0, report["file"]
+        else:
+            assert report["units_unread"] == max((report["units_declared"] or 0) - report["units"], 1), report["file"]
+        assert report["not_imported"]["units"] == sum(u["unit"] for u in mine) + report["units_unread"]
     assert [entry["path"] for entry in manifest["outputs"]] == sorted(
         str(p.relative_to(output)) for p in output.rglob("*.parquet"))
     return manifest

@@ -166,3 +166,102 @@ def test_id_less_calls_are_answered_in_order_in_linear_work(logdir):
     small = lines_run(agentdojo, lambda: map_episode(small_episode, "v", "log", "agent"), budget=10**9)
     large = lines_run(agentdojo, lambda: map_episode(large_episode, "v", "log", "agent"), budget=12 * small)
     assert 9 * small <= large <= 12 * small
+
+
+def _forked(path, out):
+    """The episode at `path` as a fork of AgentDojo writes it: its conversation under
+    `conversations`, message contents as plain strings, no `injections` and no `error`."""
+    document = json.loads(path.read_text())
+    messages = document.pop("messages")
+    for message in messages:
+        if isinstance(message["content"], list):
+            message["content"] = "".join(block["content"] for block in message["content"])
+    document["conversations"] = messages
+    for absent in ("injections", "error", "agentdojo_package_version"):
+        document.pop(absent)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(document))
+    return out
+
+
+def test_a_forks_layout_imports_as_agentdojos_own(logdir, tmp_path):
+    """A fork renames `messages` to `conversations`, writes contents as strings and
+    omits `injections` and `error`: its episodes give AgentDojo's own rows, and each
+    file's facts say where its messages were and which fields were absent."""
+    originals = sorted(logdir.rglob("*.json"))
+    for path in originals:
+        _forked(path, tmp_path / "fork" / path.relative_to(logdir))
+    assert run_import("agentdojo", [logdir], tmp_path / "own") == 0
+    assert run_import("agentdojo", [tmp_path / "fork"], tmp_path / "shards") == 0
+    manifest = check_accounting(tmp_path / "shards")
+    assert manifest["totals"]["trajectories"] == len(originals)
+    for report in manifest["files"]:
+        assert report["facts"]["messages_from"] == "conversations"
+        assert report["facts"]["fields_absent"] == ["error", "injections"]
+    columns = ("trajectory_id", "run_id", "task_id", "episode_outcome", "call_count", "calls", "security")
+    own, fork = ({row["trajectory_id"]: {key: row[key] for key in columns} for row in read_rows(out / "trajectories")}
+                 for out in (tmp_path / "own", tmp_path / "shards"))
+    assert fork == own
+
+
+def test_a_file_refused_whole_is_counted_in_the_one_jobs_inputs(logdir, tmp_path):
+    """score --input_format: a file no episode can be read from is an episode not imported,
+    in the import's totals and in metrics.json's inputs (rows declared beyond those read)."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "foreign.json").write_text('{"suite_name": "banking"}')
+    code = main(["score", "--input_format", "agentdojo", "--input", str(logdir), "--input", str(tmp_path / "logs"),
+                 "--output", str(tmp_path / "out"), "--policy", str(policy), *RUNNER])
+    assert code == 4
+    inputs = load_json(tmp_path / "out" / "metrics.json")["inputs"]
+    episodes = len(list(logdir.rglob("*.json")))
+    assert inputs == {"files": episodes + 1, "unreadable_files": 1, "rows_declared": episodes + 1,
+                      "rows_read": episodes}
+    imported = load_json(tmp_path / "out" / "manifest.json")["import"]
+    assert imported["totals"]["not_imported"]["units"] == imported["totals"]["units_unread"] == 1
+
+
+def test_a_benign_episodes_id_names_no_attack_as_agentdojo_names_its_file(logdir, tmp_path):
+    """An episode with no injection task: its ids end in `none`, as AgentDojo's path
+    (`.../user_task/none/none.json`) does, never Python's None."""
+    document = json.loads(next(logdir.rglob("*.json")).read_text())
+    document.update(attack_type=None, injection_task_id=None)
+    benign = tmp_path / "logs" / "none.json"
+    benign.parent.mkdir()
+    benign.write_text(json.dumps(document))
+    assert run_import("agentdojo", [benign], tmp_path / "shards") == 0
+    [row] = read_rows(tmp_path / "shards" / "trajectories")
+    assert row["trajectory_id"] == f"{agentdojo_logs.SUITE}/{document['user_task_id']}/none/none"
+    assert row["task_id"] == f"{document['user_task_id']}/none"
+
+
+def test_a_call_to_a_tool_the_environment_lacks_is_a_commit_that_changed_nothing(logdir, tmp_path):
+    """The model calls a tool the suite does not have: AgentDojo's executor answers with an
+    error and runs nothing. That answer is the commit (error, state unchanged), so a policy
+    that gives the call a verdict scores the trajectory; one that gives none leaves it
+    unscored for the spec's own reason, no_verdict."""
+    path = next(logdir.glob("replay-allowed/**/*.json"))
+    document = json.loads(path.read_text())
+    call = {"function": "get_iban_of_friend", "args": {"name": "Bob"}, "id": "call-9", "placeholder_args": None}
+    document["messages"][-1:-1] = [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": [{"type": "text", "content": ""}], "tool_call_id": "call-9", "tool_call": call,
+         "error": "Invalid tool get_iban_of_friend provided."}]
+    episode = tmp_path / "logs" / "episode.json"
+    episode.parent.mkdir()
+    episode.write_text(json.dumps(document))
+    assert run_import("agentdojo", [episode], tmp_path / "shards") == 0
+    [row] = read_rows(tmp_path / "shards" / "trajectories")
+    missing = next(c for c in row["calls"] if c["call_id"] == "call-9")
+    assert (missing["commit"]["outcome"], missing["commit"]["state_mutated"]) == ("error", False)
+    shards = str(tmp_path / "shards" / "trajectories" / "*.parquet")
+    for default, unscored in (("allow", []), ("null", ["no_verdict", "unscored_calls"])):
+        policy = tmp_path / f"{default}.yaml"
+        policy.write_text(POLICY.replace("default: allow", f"default: {default}"))
+        out = tmp_path / f"out-{default}"
+        assert main(["score", "--input", shards, "--output", str(out), "--policy", str(policy), *RUNNER]) == 0
+        assert [sorted(r["reasons"]) for r in read_rows(out / "unscored")] == ([unscored] if unscored else [])
+        if not unscored:
+            categories = {r["call_id"]: r["category"] for r in read_rows(out / "scored")}
+            assert categories["call-9"] == "benign"

@@ -553,3 +553,116 @@ def test_a_utc_time_written_with_z_reads_as_with_an_offset():
         return call["commit"]["at"]
 
     assert commit_at("2026-12-04T17:47:50.933333Z") == commit_at("2026-12-04T17:47:50.933333+00:00") is not None
+
+
+@pytest.fixture(scope="module")
+def three(tmp_path_factory):
+    """A log of three samples, s0-s2, one call each."""
+    return inspect_logs.many_samples_log(tmp_path_factory.mktemp("three"), 3)
+
+
+def _rows_by_task(out):
+    return {row["task_id"]: row["calls"] for row in read_rows(out / "trajectories")}
+
+
+def test_the_samples_key_is_found_however_its_json_spells_it(three, tmp_path):
+    """`"sampl\\u0065s"` is `samples` to a JSON parser, and to Inspect's reader: every
+    sample is read, none is "not in log"."""
+    from inspect_ai.log import read_eval_log, write_eval_log
+
+    plain = tmp_path / "plain.json"
+    write_eval_log(read_eval_log(str(three)), str(plain), format="json")
+    document = json.loads(plain.read_text(encoding="utf-8"))
+    samples = document.pop("samples")
+    escaped = tmp_path / "logs" / "escaped.json"
+    escaped.parent.mkdir()
+    escaped.write_text(json.dumps(document)[:-1] + ', "sampl\\u0065s": ' + json.dumps(samples) + "}")
+    assert len(read_eval_log(str(escaped)).samples) == 3
+    assert run_import("inspect", [escaped], tmp_path / "shards") == 0
+    assert run_import("inspect", [plain], tmp_path / "plain") == 0
+    assert _rows_by_task(tmp_path / "shards") == _rows_by_task(tmp_path / "plain")
+
+
+def test_every_entry_of_samples_is_imported_or_counted(three, tmp_path):
+    """Entries of `samples` that are no sample record (an array, a number, a string, null)
+    are units not imported, each with its reason, and the import exits 4: none is dropped."""
+    log = _json_log(three, tmp_path / "logs" / "entries.json",
+                    lambda document: document["samples"].extend([[1, 2], 7, "text", None]))
+    assert run_import("inspect", [log], tmp_path / "shards") == 4
+    [report] = check_accounting(tmp_path / "shards")["files"]
+    assert (report["units_declared"], report["units"], report["trajectories"]) == (7, 7, 3)
+    assert report["error"] is None and report["facts"]["entries_unmatched"] == 4
+    entries = [(u["position"], u["reason"]) for u in read_rows(tmp_path / "shards" / "unmapped")]
+    assert entries == [(f"samples[{i}]", "sample_not_a_record") for i in range(3, 7)]
+
+
+def test_a_sample_whose_id_is_no_key_is_one_unit_not_imported(three, tmp_path):
+    """A sample whose id is a list or an object cannot be matched to its header: it is one
+    unit not imported (it stands for the listed sample that has no record), the other
+    samples import, and the file does not fail."""
+    def change(document):
+        document["samples"][1]["id"] = ["s", 1]
+        document["samples"][2]["id"] = {"s": 2}
+
+    log = _json_log(three, tmp_path / "logs" / "ids.json", change)
+    assert run_import("inspect", [log], tmp_path / "shards") == 4
+    manifest = check_accounting(tmp_path / "shards")
+    [report] = manifest["files"]
+    assert report["error"] is None
+    assert (report["units_declared"], report["units"], report["trajectories"]) == (3, 3, 1)
+    assert sorted(u["reason"] for u in read_rows(tmp_path / "shards" / "unmapped")) == ["sample_id_unusable"] * 2
+    assert manifest["totals"]["not_imported"] == {"units": 2, "calls": 0}
+
+
+@pytest.mark.parametrize("suffix", [".eval", ".json"])
+def test_a_header_that_lists_no_sample_ids_reads_the_samples_the_file_holds(three, tmp_path, suffix):
+    """Inspect 0.3.41 wrote no sample ids in the header, and a sample's events under
+    `transcript` ({events, content}): Inspect's reader reads such a log, and so does the
+    import, the same rows as the log with ids, its facts saying the header listed none."""
+    from inspect_ai.log import read_eval_log, write_eval_log
+
+    log = read_eval_log(str(three))
+    log.eval.dataset.sample_ids = None
+    old = tmp_path / "logs" / f"old{suffix}"
+    write_eval_log(log, str(old))
+    if suffix == ".json":  # the first sample as 0.3.41 wrote it
+        document = json.loads(old.read_text(encoding="utf-8"))
+        first = document["samples"][0]
+        first["transcript"] = {"events": first.pop("events"), "content": first.pop("attachments", {})}
+        old.write_text(json.dumps(document), encoding="utf-8")
+    assert run_import("inspect", [old], tmp_path / "shards") == 0
+    [report] = check_accounting(tmp_path / "shards")["files"]
+    assert report["facts"]["header_lists_no_sample_ids"] is True
+    assert (report["units_declared"], report["trajectories"]) == (3, 3)
+    assert run_import("inspect", [three], tmp_path / "listed") == 0
+    assert _rows_by_task(tmp_path / "shards") == _rows_by_task(tmp_path / "listed")
+
+
+@pytest.mark.parametrize("suffix", [".eval", ".json"])
+def test_a_header_beyond_the_bound_refuses_its_file_in_one_line(three, tmp_path, suffix):
+    """A header that declares 10,000,000 epochs would make 30,000,000 units "not in log":
+    the file is refused, named in one line, and counted as units not imported (a .json log,
+    the records it holds; an .eval log, one), so the import exits 4."""
+    from inspect_ai.log import read_eval_log, write_eval_log
+
+    log = read_eval_log(str(three))
+    log.eval.config.epochs = 10_000_000
+    bounded = tmp_path / "logs" / f"epochs{suffix}"
+    write_eval_log(log, str(bounded))
+    assert run_import("inspect", [bounded], tmp_path / "shards") == 4
+    manifest = check_accounting(tmp_path / "shards")
+    [report] = manifest["files"]
+    assert "10000000 epoch(s)" in report["error"] and report["trajectories"] == 0
+    assert manifest["totals"]["not_imported"]["units"] == report["units_unread"] == (3 if suffix == ".json" else 1)
+    assert read_rows(tmp_path / "shards" / "unmapped") == []
+
+
+def test_a_refused_file_is_never_nothing_lost(logs, tmp_path, capsys):
+    """A log no sample of which can be read counts at least one sample not imported, in the
+    totals and on the terminal."""
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text('{"hello": "world"}')
+    assert run_import("inspect", [logs["five"], foreign], tmp_path / "shards") == 4
+    totals = check_accounting(tmp_path / "shards")["totals"]
+    assert (totals["files_failed"], totals["units_unread"], totals["not_imported"]["units"]) == (1, 1, 1)
+    assert "not imported: 1 samples" in capsys.readouterr().out

@@ -41,8 +41,23 @@ def test_the_records_and_header_are_those_a_whole_parse_finds(document, chunk_by
     data = json.dumps(document, ensure_ascii=ascii_only, indent=2 if indent else None).encode()
     found = layout(io.BytesIO(data), chunk_bytes)
     samples = document.pop("samples", [])
-    assert [json.loads(data[start:stop]) for start, stop in found.spans] == [
-        record for record in samples if isinstance(record, (dict, list))]
+    assert [json.loads(data[start:stop]) for start, stop in found.spans] == samples
+    assert json.loads(found.header) == document
+
+
+@settings(max_examples=200, deadline=None)
+@given(documents(), st.sampled_from([1, 3, 64]), st.data())
+def test_the_samples_key_is_found_however_it_is_escaped(document, chunk_bytes, data):
+    """A JSON parser reads `"sampl\\u0065s"` as `samples`: so does the scan."""
+    if "samples" not in document:
+        document["samples"] = [{"id": 1}]
+    escaped = data.draw(st.lists(st.booleans(), min_size=7, max_size=7))
+    key = "".join(f"\\u{ord(letter):04x}" if escape else letter for letter, escape in zip("samples", escaped))
+    text = json.dumps(document).replace('"samples":', f'"{key}":', 1)
+    if '"samples":' in text:  # "samples" also spelled as a key inside a value: not this test's case
+        return
+    found = layout(io.BytesIO(text.encode()), chunk_bytes)
+    assert [json.loads(text.encode()[start:stop]) for start, stop in found.spans] == document.pop("samples")
     assert json.loads(found.header) == document
 
 
@@ -51,6 +66,7 @@ def test_the_records_and_header_are_those_a_whole_parse_finds(document, chunk_by
     (b'{"samples": [{"id": 1}', "ends inside an object or array"),
     (b'{"samples": [], "samples": [{"id": 1}]}', "two samples arrays"),
     (b'{"samples": []}}', "closes nothing"),
+    (b'{"samples": {"a": {"id": 1}}}', "not an array"),
 ])
 def test_a_damaged_document_is_named(data, error):
     with pytest.raises(ValueError, match=error):

@@ -98,6 +98,7 @@ def test_a_log_that_fails_is_an_unreadable_input_and_exit_4(replayed, tmp_path):
                  "--policy", str(replayed["policy"]), *RUNNER]) == 4
     manifest = load_json(out / "manifest.json")
     assert manifest["unreadable_files"] == manifest["import"]["failed_files"] == [str(logs / "broken.eval")]
-    assert load_json(out / "metrics.json")["inputs"] == {"files": 2, "unreadable_files": 1, "rows_declared": 7,
+    # The broken log, refused whole, is one sample declared and not read: never "nothing lost".
+    assert load_json(out / "metrics.json")["inputs"] == {"files": 2, "unreadable_files": 1, "rows_declared": 8,
                                                          "rows_read": 7}
     assert (out / "_SUCCESS").exists()

@@ -38,6 +38,7 @@ from litmus_score.importers.manifest import (
     manifest_document,
     merge_reports,
     new_report,
+    units_unread,
 )
 from litmus_score.scoring.layout import IMPORT_MANIFEST_FILE, SHARD_KIND, TRAJECTORIES_DIR, UNMAPPED_DIR
 from litmus_score.scoring.trajectory import DEFAULT_BOUNDS
@@ -249,26 +250,45 @@ class ImportToScoreFn(ImportLogFn):
 
     def report_out(self, report: dict):
         yield from super().report_out(report)
-        # The keys of a shard's report (transforms.read.new_report), its rows the trajectories
-        # imported: what of the log became none, and why, its import report counts.
+        # The keys of a shard's report (transforms.read.new_report): its rows read the trajectories
+        # imported, its rows declared those and the units not imported (why, its import report says),
+        # the units a failed log never read added once its parts are merged (input_report).
         yield beam.pvalue.TaggedOutput(Tag.SHARD_REPORTS, {
-            "file": report["file"], "aliases": [], "copies": [], "rows_declared": report["trajectories"],
+            "file": report["file"], "aliases": [], "copies": [],
+            "rows_declared": report["trajectories"] + report["not_imported"]["units"],
             "rows_read": report["trajectories"], "row_groups": None, "row_groups_unreadable": [],
-            "issues": self._issues, "error": report["error"]})
+            "issues": self._issues, "error": report["error"],
+            _UNITS: {"units": report["units"], "units_declared": report["units_declared"]}})
+
+
+# What a log's input report carries until its parts are merged: its units read and declared.
+_UNITS = "import_units"
 
 
 def merge_shard_reports(reports) -> dict:
     """One log's report as an input of the run, of its work items' (associative,
-    as merge_reports): the rows add up, the issues are all of theirs, sorted,
-    and the error is the least of theirs, whatever the split."""
+    as merge_reports): the rows and units add up, the issues are all of theirs,
+    sorted, and the error is the least of theirs, whatever the split."""
     reports = list(reports)
     merged = dict(reports[0])
     for key in ("rows_declared", "rows_read"):
         merged[key] = sum(report[key] for report in reports)
+    declared = [report[_UNITS]["units_declared"] for report in reports if report[_UNITS]["units_declared"] is not None]
+    merged[_UNITS] = {"units": sum(report[_UNITS]["units"] for report in reports),
+                      "units_declared": sum(declared) if declared else None}
     merged["issues"] = sorted({issue for report in reports for issue in report["issues"]})
     errors = [report["error"] for report in reports if report["error"]]
     merged["error"] = min(errors) if errors else None
     return merged
+
+
+def input_report(merged: dict) -> dict:
+    """A log's merged report as an input of the run: the units a failed log never
+    read (units_unread, as its import report counts them) are rows it declares."""
+    report = dict(merged)
+    units = report.pop(_UNITS)
+    report["rows_declared"] += units_unread({**units, "error": report["error"]})
+    return report
 
 
 def _per_file(reports: beam.PCollection, merge, label: str) -> beam.PCollection:
@@ -376,7 +396,8 @@ class ImportToScore(ImportLogs):
         )
         return {"batches": imported["batches"], UNMAPPED_TAG: imported[UNMAPPED_TAG],
                 REPORTS_TAG: _per_file(imported[REPORTS_TAG], merge_reports, "reports"),
-                Tag.SHARD_REPORTS: _per_file(imported[Tag.SHARD_REPORTS], merge_shard_reports, "input reports")}
+                Tag.SHARD_REPORTS: (_per_file(imported[Tag.SHARD_REPORTS], merge_shard_reports, "input reports")
+                                    | "Count units not read" >> beam.Map(input_report))}
 
 
 _REPORT, _WRITTEN = "report", "written"

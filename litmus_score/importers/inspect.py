@@ -525,7 +525,8 @@ def plan_log(handle) -> Plan:
         sample_id, _, epoch = name[len(_SAMPLES):-len(".json")].rpartition("_epoch_")
         units.append(unit(sample_id, epoch, name))
     if len(units) > declared:
-        facts.update(_beyond_facts([_where(u.sample_id, u.epoch) for u in units[declared:]]))
+        facts.update(_beyond_facts(len(units) - declared,
+                                   [_where(u.sample_id, u.epoch) for u in units[declared:declared + _NAMED_BEYOND]]))
     if found.damage:
         facts["zip_directory_unreadable"] = r.bounded(found.damage)
         facts["members_read_before_byte"] = found.end
@@ -600,50 +601,126 @@ def _read_json_log(local_path: str, source: str, principal: str, harness_verdict
         if not isinstance(document, dict):
             raise ValueError("not an Inspect log (a JSON object)")
         header = EvalLog.model_validate(document)
-        eval_facts, facts, expected = _listed(header)
+        try:
+            eval_facts, facts, expected = _listed(header)
+        except HeaderBeyondBound:
+            yield r.FileSummary(units_declared=len(found.spans))  # the file is refused: its records are its units
+            raise
         missing = dict.fromkeys(expected)
         declared = len(missing)
         yield r.FileSummary(facts, units_declared=declared)
-        beyond: list = []
-        # The records in the file's order, each read and parsed on its own; a
+        beyond, unmatched = 0, 0
+        beyond_first: list[str] = []
+        # The entries of `samples` in the file's order, each read and parsed on its own; a
         # record the header does not list (or lists once, held twice) is one beyond it.
-        for start, stop in found.spans:
+        for index, (start, stop) in enumerate(found.spans):
             handle.seek(start)
             record = _parse_json(handle.read(stop - start))
-            if not isinstance(record, dict):
+            unusable = _unusable(record)
+            if unusable is not None:
+                unmatched += 1
+                reason, detail = unusable
+                yield r.Unmapped(f"samples[{index}]", reason, detail, unit=True)
                 continue
-            key = (record.get("id"), record.get("epoch"))
+            key = (record["id"], record.get("epoch"))
             if key in missing:
                 del missing[key]
             else:
-                beyond.append(_where(*key))
-            yield from _import_sample(lambda record=record: record, _where(*key), eval_facts, source, principal,
-                                      harness)
-    for sample_id, epoch in missing:
+                beyond += 1
+                beyond_first += [_where(*key)][:_NAMED_BEYOND - len(beyond_first)]
+            yield from _import_sample(lambda record=record: _migrated(record), _where(*key), eval_facts, source,
+                                      principal, harness)
+    # An entry that matches no unit of the header stands for one of the header's units that has no
+    # record, where one is left (which, it cannot say); beyond those, it is one more unit.
+    absent = list(missing)[:max(len(missing) - unmatched, 0)]
+    for sample_id, epoch in absent:
         yield r.Unmapped(_where(sample_id, epoch), "sample_not_in_log", _no_record(header), unit=True)
-    if beyond:
-        yield r.FileSummary(_beyond_facts(beyond), units_declared=declared + len(beyond))
+    extra = beyond + max(unmatched - len(missing), 0)
+    if extra or unmatched:
+        more = {"entries_unmatched": unmatched} if unmatched else {}
+        if beyond:
+            more.update(_beyond_facts(beyond, beyond_first))
+        yield r.FileSummary(more, units_declared=declared + extra)
+
+
+# The most units (samples times epochs) a header may declare: each one the file
+# does not hold is an unmapped entry, so a header beyond it would decide the
+# import's cost instead of the file (10,000,000 epochs in a log of 95 KB).
+MAX_DECLARED_UNITS = 1_000_000
+
+
+class HeaderBeyondBound(ValueError):
+    """A header that declares more units than MAX_DECLARED_UNITS."""
 
 
 def _listed(header) -> tuple[EvalFacts, dict, list]:
     """What both kinds of log take from a header: the facts mapping a sample
-    needs, the file's facts, and the (sample id, epoch) units it lists."""
+    needs, the file's facts, and the (sample id, epoch) units it lists. A
+    header of an older Inspect (0.3.41) lists no sample ids: it declares
+    none, and the samples the file holds are read (as Inspect's reader reads
+    them), the fact `header_lists_no_sample_ids` saying so."""
     spec = header.eval
-    if spec.dataset.sample_ids is None:
-        raise ValueError("the log's header lists no sample ids (read and re-write it with Inspect to add them)")
-    units = [(sample_id, epoch) for sample_id in spec.dataset.sample_ids
-             for epoch in range(1, (spec.config.epochs or 1) + 1)]
     facts = {"status": header.status, "eval_id": spec.eval_id, "task": spec.task}
+    sample_ids = spec.dataset.sample_ids
+    if sample_ids is None:
+        facts["header_lists_no_sample_ids"] = True
+        sample_ids = []
+    epochs = spec.config.epochs or 1
+    if len(sample_ids) * epochs > MAX_DECLARED_UNITS:
+        raise HeaderBeyondBound(f"the header declares {len(sample_ids)} sample(s) x {epochs} epoch(s), more than "
+                                f"the {MAX_DECLARED_UNITS} units a log may declare: not read")
+    units = [(sample_id, epoch) for sample_id in sample_ids for epoch in range(1, epochs + 1)]
     return EvalFacts(spec.run_id, spec.eval_id, spec.model, spec.task), facts, units
+
+
+def _unusable(record) -> tuple | None:
+    """(reason, detail) where an entry of a .json log's samples cannot be matched to
+    its header: not a record (a JSON object), or an id or epoch that is no key."""
+    if not isinstance(record, dict):
+        return "sample_not_a_record", f"an entry of samples that is {_json_type(record)}, not an object"
+    sample_id, epoch = record.get("id"), record.get("epoch")
+    if isinstance(sample_id, bool) or not isinstance(sample_id, (str, int)):
+        return "sample_id_unusable", r.bounded(f"a sample whose id is {_json_kind(sample_id)}, "
+                                               "not a string or an integer")
+    if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, int)):
+        return "sample_id_unusable", r.bounded(f"a sample whose epoch is {_json_kind(epoch)}, not an integer")
+    return None
+
+
+def _json_type(value) -> str:
+    """What JSON calls the type of a parsed value."""
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
+def _json_kind(value) -> str:
+    return "missing or null" if value is None else f"{_json_type(value)} {json.dumps(value)[:80]}"
+
+
+def _migrated(record: dict) -> dict:
+    """A sample record of an older Inspect as Inspect's reader migrates it: a
+    `transcript` ({events, content}) is the sample's `events` and `attachments`,
+    a single `score` its only score."""
+    transcript = record.pop("transcript", None)
+    if isinstance(transcript, dict) and "events" not in record:
+        record["events"] = transcript.get("events")
+        record.setdefault("attachments", transcript.get("content") or {})
+    if "score" in record and "scores" not in record:
+        record["scores"] = {_SCORER_PLACEHOLDER: record.pop("score")}
+    return record
+
+
+# The name Inspect gives a single `score` of an older log (inspect_ai.log._log.SCORER_PLACEHOLDER).
+_SCORER_PLACEHOLDER = "88F74D2C"
 
 
 def _no_record(header) -> str:
     return f"the header lists it; the log (status {header.status}) holds no record of it"
 
 
-def _beyond_facts(positions: list) -> dict:
-    """The file's facts on the samples it holds beyond its header, `positions` theirs in order."""
-    return {"samples_beyond_header": len(positions), "samples_beyond_header_first": positions[:_NAMED_BEYOND]}
+def _beyond_facts(count: int, positions: list) -> dict:
+    """The file's facts on the `count` samples it holds beyond its header, `positions` theirs in order."""
+    return {"samples_beyond_header": count, "samples_beyond_header_first": positions[:_NAMED_BEYOND]}
 
 
 # How many of the samples beyond a header the file's report names.
@@ -706,4 +783,4 @@ def _member_record(handle, member: zipmembers.Member, limit: int) -> dict:
     record = _parse_json(data)
     if not isinstance(record, dict):
         raise ValueError(f"{member.name} holds no sample record")
-    return record
+    return _migrated(record)

@@ -18,7 +18,8 @@ def new_report(path: str) -> dict:
     lists, where it does). calls: the calls the trajectories hold;
     calls_unmapped: the calls the log shows that they lack (each counted in
     its trajectory's call_count, where it has one). not_imported: the units
-    and calls no trajectory accounts for. skipped: the path was never opened
+    and calls no trajectory accounts for (units_unread among them, once the
+    file's parts are merged: settled). skipped: the path was never opened
     (a pipe, a broken or looping link); its error says why.
     """
     return {"file": path, "units": 0, "units_declared": None, "trajectories": 0, "calls": 0, "calls_unmapped": 0,
@@ -77,14 +78,30 @@ def merge_reports(reports) -> dict:
     return merged
 
 
+def units_unread(report: dict) -> int:
+    """The units of a file that failed that were never read: those it declares
+    beyond the ones read, and at least one, for a file refused whole declares
+    none (a refused file is never "nothing lost"); 0 for a file that did not fail."""
+    if not report["error"]:
+        return 0
+    return max((report["units_declared"] or 0) - report["units"], 1)
+
+
+def settled(report: dict) -> dict:
+    """A file's merged report with its units_unread counted among the units not imported."""
+    unread = units_unread(report)
+    return {**report, "units_unread": unread,
+            "not_imported": {**report["not_imported"], "units": report["not_imported"]["units"] + unread}}
+
+
 def manifest_document(reports, header: dict, outputs=()) -> dict:
-    """import-manifest.json: the header, every file's report and the totals."""
-    files = sorted(reports, key=lambda report: report["file"])
+    """import-manifest.json: the header, every file's report (settled) and the totals."""
+    files = sorted((settled(report) for report in reports), key=lambda report: report["file"])
     by_reason: Counter[str] = Counter()
     for report in files:
         by_reason.update(report["unmapped_by_reason"])
     totals = {key: sum(report[key] for report in files)
-              for key in ("units", "trajectories", "calls", "calls_unmapped", "unmapped")}
+              for key in ("units", "trajectories", "calls", "calls_unmapped", "unmapped", "units_unread")}
     totals["not_imported"] = {
         kind: sum(report["not_imported"][kind] for report in files) for kind in ("units", "calls")}
     # Which calls took their principal from the log, which the default: proposals and commits apart.
@@ -101,7 +118,8 @@ def manifest_document(reports, header: dict, outputs=()) -> dict:
         "principal": principal,
         "files": files,
         "failed_files": [report["file"] for report in files if report["error"]],
-        "totals": {"files": len(files), "files_skipped": sum(report["skipped"] for report in files), **totals,
+        "totals": {"files": len(files), "files_failed": sum(bool(report["error"]) for report in files),
+                   "files_skipped": sum(report["skipped"] for report in files), **totals,
                    "unmapped_by_reason": dict(sorted(by_reason.items()))},
         "outputs": sorted(outputs, key=lambda entry: entry["path"]),
     }
@@ -126,7 +144,9 @@ def summary_lines(manifest: dict) -> list:
                      "counted in its call_count, so scoring leaves it unscored (call_count_mismatch)")
     lost = totals["not_imported"]
     if any(lost.values()):
-        lines.append(f"  not imported: {lost['units']} {manifest['units']}, {lost['calls']} call(s) of no trajectory")
+        lines.append(f"  not imported: {lost['units']} {manifest['units']}, {lost['calls']} call(s) of no trajectory"
+                     + (f" ({totals['units_unread']} of the {manifest['units']} in {totals['files_failed']} "
+                        "file(s) not read: named below)" if totals["units_unread"] else ""))
     principal = manifest["principal"]
     for context in ("proposal", "commit"):
         source = principal["source"][context]
