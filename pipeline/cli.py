@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from litmus_score import text
 from litmus_score.exits import Exit, Terminated, of_stop, stop_name
+from pipeline.processes import allocators_from_the_start
 from pipeline.supervise import supervise, supervised
 
 DEMO_MARKER = ".litmus-demo"
@@ -310,6 +311,7 @@ def main(argv=None) -> int:
 def entry_point(argv=None) -> None:
     """`litmus-score`, `python -m pipeline` and the deploy/ entry points: main()
     in a child process this one supervises (pipeline.supervise)."""
+    allocators_from_the_start()
     sys.exit(supervise(lambda: main(argv)))
 
 
