@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from litmus_score import text
 from litmus_score.exits import Exit, Terminated, of_stop, stop_name
+from pipeline.processes import allocators_from_the_start
 from pipeline.supervise import supervise, supervised
 
 DEMO_MARKER = ".litmus-demo"
@@ -311,6 +312,7 @@ def entry_point(argv=None) -> None:
     """`litmus-score`, `python -m pipeline` and the deploy/ entry points: main()
     in a child process this one supervises (pipeline.supervise); what either
     prints, a traceback of the child included, escaped (litmus_score.text)."""
+    allocators_from_the_start()
     with text.escaped_terminal():
         code = supervise(lambda: main(argv))
     sys.exit(code)

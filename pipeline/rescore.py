@@ -25,7 +25,6 @@ from apache_beam.io.filesystems import FileSystems
 
 from litmus_score import text
 from litmus_score.scoring import contract as c
-from litmus_score.scoring.compare import rules_changed, rules_of
 from litmus_score.scoring.layout import METRICS_FILE, TEMP_PREFIX
 from pipeline.graph import LogInputs, ScoreTrajectories
 from pipeline.options import RunConfig
@@ -110,6 +109,8 @@ def rescored(baseline: Run, config: RunConfig, execute: Callable[[beam.Pipeline]
     then, now = baseline.metrics["inputs"]["rows_read"], document["inputs"]["rows_read"]
     if now != then:
         raise RescoreError(f"the baseline's inputs gave {now:,} rows when scored again, {then:,} when first read")
+    from litmus_score.scoring.compare import rules_of  # see like_with_like
+
     label = {"rules": tonights_rules(config), "scored_under": rules_of(baseline.metrics)}
     return dataclasses.replace(baseline, metrics=document, rescored=label)
 
@@ -119,7 +120,13 @@ def like_with_like(config: RunConfig, baseline: Run | None,
     """The baseline tonight is compared with: as published when it was scored
     under tonight's rules, else re-scored under them; as published (the
     verdict withheld) with one line on stderr when it cannot be."""
-    if baseline is None or not rules_changed(tonights_rules(config), rules_of(baseline.metrics)):
+    if baseline is None:
+        return baseline
+    # Here, not at the top: compare's pydantic models cost about 0.1 CPU-s of start-up, and only a
+    # run with a baseline needs them.
+    from litmus_score.scoring.compare import rules_changed, rules_of
+
+    if not rules_changed(tonights_rules(config), rules_of(baseline.metrics)):
         return baseline
     try:
         return rescored(baseline, config, execute)

@@ -2,6 +2,7 @@
 reaches into another package's private names, and no layer imports one above it."""
 
 import ast
+import os
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -120,3 +121,34 @@ def test_litmus_score_imports_no_beam_and_no_stage_or_job():
     found = [(name, imported) for name, path in modules().items() if layer_of(name) <= 1
              for imported in _imported_names(path) if imported.split(".")[0] in above]
     assert found == []
+
+
+def test_a_run_without_a_policy_or_baseline_builds_no_pydantic_models():
+    """The scoring job's modules import neither the policy's nor the comparison's
+    models (about 0.1 CPU-s of every start-up); a run that has a policy imports them."""
+    import subprocess
+    import sys
+
+    models = ("litmus_score.scoring.policy", "litmus_score.scoring.compare", "transforms.policy")
+
+    def models_after(imports: str) -> str:
+        probe = f"import sys, {imports}; print(sorted(m for m in {models!r} if m in sys.modules))"
+        return subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    assert models_after("pipeline.cli, pipeline.job") == "[]"
+    # The check can fail: the what-if command, which always has policies, imports them.
+    assert models_after("pipeline.job, pipeline.whatif") != "[]"
+
+
+def test_the_allocators_are_chosen_at_start_and_the_users_choice_wins(monkeypatch):
+    import sys
+
+    from pipeline import processes
+
+    monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
+    processes.allocators_from_the_start()
+    assert os.environ.get("ARROW_DEFAULT_MEMORY_POOL") == ("jemalloc" if sys.platform.startswith("linux") else None)
+    monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "system")
+    processes.allocators_from_the_start()
+    assert os.environ["ARROW_DEFAULT_MEMORY_POOL"] == "system"

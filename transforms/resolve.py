@@ -24,7 +24,6 @@ from litmus_score.scoring import contract as c
 from transforms import NAMESPACE, jsontext
 from transforms.columnar import FlatCalls, equals, is_null
 from transforms.elements import RESOLVED_CALLS, RESOLVED_TRAJECTORIES, Checked, Resolved, Tag
-from transforms.policy import ArgumentTexts, compile_policy
 from transforms.records import unscored_table
 from transforms.validity import audit_masks, validity_statistics
 
@@ -81,6 +80,10 @@ def judge(flat: FlatCalls, policies: list, asked: dict, comparable: np.ndarray) 
     reuse = np.zeros(len(left), bool)
     ask = None
     if policies:
+        # Here, not at the top: transforms.policy builds the policy's pydantic models when imported
+        # (about 0.1 CPU-s), which a run without a policy, most runs, never needs.
+        from transforms.policy import ArgumentTexts
+
         tools = flat.field("tool")
         principals = {context: flat.field(f"{context}.principal") for context in asked}
         reuse = asked["proposal"] & asked["commit"] & same & equals(pc.equal(*principals.values()), True)
@@ -351,10 +354,20 @@ def batch_outcome(checked: Checked, flat: FlatCalls, resolution: CallResolution)
                         validity_statistics(batch, flat, resolution.audit), table)
 
 
+def compiled(policy):
+    """transforms.policy.compile_policy's form of `policy`; None for no policy,
+    without importing transforms.policy (see judge)."""
+    if policy is None:
+        return None
+    from transforms.policy import compile_policy
+
+    return compile_policy(policy)
+
+
 class ResolveContextsFn(beam.DoFn):
     def __init__(self, mode: str, policy=None):
         self._mode = mode
-        self._policy = compile_policy(policy)
+        self._policy = compiled(policy)
         self._unscored = Metrics.counter(NAMESPACE, "trajectories_with_unscored_calls")
 
     def process(self, checked: Checked):
@@ -383,7 +396,7 @@ class ResolveContexts(beam.PTransform):
         super().__init__()
         self._mode = c.check_mode(mode)
         # Compiled once, when the graph is built; workers unpickle the compiled form.
-        self._policy = compile_policy(policy)
+        self._policy = compiled(policy)
 
     def expand(self, batches):
         fn = ResolveContextsFn(self._mode, self._policy)

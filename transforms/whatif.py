@@ -34,8 +34,7 @@ from transforms.classify import categorize_columns
 from transforms.columnar import FlatCalls, equals
 from transforms.elements import Checked, Resolved, Tag
 from transforms.evidence import MAX_TEXT
-from transforms.policy import compile_policy
-from transforms.resolve import CallResolution, batch_outcome, resolve_calls_under
+from transforms.resolve import CallResolution, batch_outcome, compiled, resolve_calls_under
 
 # Tagged output: (candidate index, flips summary) per batch.
 FLIPS = "flips"
@@ -171,7 +170,7 @@ class ResolveUnderPoliciesFn(beam.DoFn):
 
     def __init__(self, mode: str, policies: list):
         self._mode = mode
-        self._policies = [compile_policy(policy) for policy in policies]
+        self._policies = [compiled(policy) for policy in policies]
         self._unscored = Metrics.counter(NAMESPACE, "trajectories_with_unscored_calls")
 
     def process(self, checked: Checked) -> Iterator:
@@ -208,7 +207,7 @@ class ResolveUnderPolicies(beam.PTransform):
         self._mode = c.check_mode(mode)
         if not policies:
             raise ValueError("Invalid policies: a what-if needs at least the base policy")
-        self._policies = [compile_policy(policy) for policy in policies]
+        self._policies = [compiled(policy) for policy in policies]
 
     def expand(self, batches):
         fn = ResolveUnderPoliciesFn(self._mode, self._policies)
