@@ -53,14 +53,31 @@ def boot_id() -> str | None:
         return None
 
 
-def process_start(pid: int) -> int | None:
-    """When process `pid` started, in clock ticks since boot, or None."""
+def _stat(pid: int) -> list | None:
+    """Fields 3 on of /proc/PID/stat (state, parent, ...), or None where the system does not say."""
     try:
         with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
-            # Field 22; the command name (field 2) is in parentheses and may hold spaces.
-            return int(handle.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
+            # The command name (field 2) is in parentheses and may hold spaces.
+            return handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
         return None
+
+
+def process_start(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot, or None."""
+    fields = _stat(pid)
+    try:
+        return int(fields[19]) if fields else None  # field 22
+    except (IndexError, ValueError):
+        return None
+
+
+def process_ended(pid: int) -> bool:
+    """Whether `pid` is a process that has ended but was not yet reaped (a zombie): a run killed with
+    its launcher is reparented, and where nothing reaps orphans (a container without an init) its
+    pid lives on as a zombie that holds nothing."""
+    fields = _stat(pid)
+    return bool(fields) and fields[0] in ("Z", "X")
 
 
 def _local_processes(options) -> bool:

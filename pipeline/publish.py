@@ -48,7 +48,7 @@ from litmus_score.scoring.layout import (
     UNSCORED_DIR,
 )
 from pipeline.locknotes import note_lock
-from pipeline.processes import boot_id, process_start
+from pipeline.processes import boot_id, process_ended, process_start
 from transforms.files import delete_exactly, is_local, literal_pattern, objects_under, to_json, write_text, write_whole
 from transforms.write import FILE_SETS
 
@@ -234,6 +234,8 @@ def _owner_gone(holder) -> bool:
         return True
     except PermissionError:  # alive, another user's
         pass
+    if process_ended(pid):
+        return True
     recorded, now = holder.get("process_start"), process_start(pid)
     return recorded is not None and now is not None and recorded != now  # the pid was reused
 

@@ -308,6 +308,24 @@ def test_a_stale_lock_alone_is_broken_with_replace(shards, tmp_path, capsys):
     assert (out / "_SUCCESS").exists() and not (out / ".lock").exists()
 
 
+def test_a_lock_of_a_run_that_died_unreaped_is_stale(shards, tmp_path, capsys):
+    # A run killed with its launcher is reparented; where nothing reaps orphans (a container without an
+    # init) its pid stays, a zombie. Was: "in use by another run" for as long as the zombie lasted.
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        give_up = time.monotonic() + 30
+        while not processes.process_ended(ended.pid):
+            assert time.monotonic() < give_up, "the child never ended"
+            time.sleep(0.01)
+        out = tmp_path / "stale"
+        write_lock(out, ended.pid, boot_id=processes.boot_id(), process_start=processes.process_start(ended.pid))
+        assert score(shards, out) == 2
+        assert "no longer running); pass --replace" in one_line_error(capsys)
+    finally:
+        ended.wait()
+    assert not processes.process_ended(os.getpid())
+
+
 def assert_every_row_once(out: Path) -> None:
     metrics, manifest = load_json(out / "metrics.json"), load_json(out / "manifest.json")
     trajectories = metrics["totals"]["trajectories"]
