@@ -7,8 +7,8 @@ from transforms.classify import ClassifyFn
 
 
 def test_a_run_whose_runner_loses_a_batch_is_not_published(score_cli, monkeypatch, tmp_path):
-    shard = b.write_shard(tmp_path / "in.parquet",
-                          [b.trajectory(f"t{i}", b.calls_of(("allow", b.commit()))) for i in range(6)], row_group_size=2)
+    rows = [b.trajectory(f"t{i}", b.calls_of(("allow", b.commit()))) for i in range(6)]
+    shard = b.write_shard(tmp_path / "in.parquet", rows, row_group_size=2)
     code, output = score_cli([shard])
     assert code == 0
     metrics = load_json(output / "metrics.json")
