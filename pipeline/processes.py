@@ -67,7 +67,7 @@ def process_start(pid: int) -> int | None:
     """When process `pid` started, in clock ticks since boot, or None."""
     fields = _stat(pid)
     try:
-        return int(fields[19]) if fields else None  # field 22
+        return int(fields[19]) if fields is not None else None  # field 22
     except (IndexError, ValueError):
         return None
 
@@ -77,7 +77,7 @@ def process_ended(pid: int) -> bool:
     its launcher is reparented, and where nothing reaps orphans (a container without an init) its
     pid lives on as a zombie that holds nothing."""
     fields = _stat(pid)
-    return bool(fields) and fields[0] in ("Z", "X")
+    return fields is not None and len(fields) > 0 and fields[0] in ("Z", "X")
 
 
 def _local_processes(options) -> bool:
