@@ -93,6 +93,7 @@ SETTINGS = {
     "max_json_depth": Setting(COUNT),
     "max_slice_keys": Setting(COUNT),
     "max_groups": Setting(COUNT),
+    "max_k": Setting(COUNT),
     # Worker counts (Beam's, for runners that start workers: Dataflow's).
     "num_workers": Setting(COUNT),
     "max_num_workers": Setting(COUNT),
