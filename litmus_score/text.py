@@ -66,17 +66,12 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Collectio
     return [line(header), *(line(cells) for cells in rows)]
 
 
-class TerminalStream(io.TextIOBase):
-    """A text stream that writes to `raw` with every non-printable character
-    but the line break escaped: whatever a command prints, a path, a flag or a
-    name from the data holding ESC or a carriage return reaches the terminal inert."""
+class StreamFilter(io.TextIOBase):
+    """A text stream in front of `raw`: a subclass's `write` decides what
+    reaches it; everything else (flushing, the descriptor, the encoding) is raw's."""
 
     def __init__(self, raw):
         self.raw = raw
-
-    def write(self, data: str) -> int:
-        self.raw.write("\n".join(escape(line) for line in data.split("\n")))
-        return len(data)
 
     def writable(self) -> bool:
         return True
@@ -93,6 +88,16 @@ class TerminalStream(io.TextIOBase):
     @property
     def encoding(self):  # type: ignore[override]  # the stream's, read-only as on any text stream
         return self.raw.encoding
+
+
+class TerminalStream(StreamFilter):
+    """A text stream that writes to `raw` with every non-printable character
+    but the line break escaped: whatever a command prints, a path, a flag or a
+    name from the data holding ESC or a carriage return reaches the terminal inert."""
+
+    def write(self, data: str) -> int:
+        self.raw.write("\n".join(escape(line) for line in data.split("\n")))
+        return len(data)
 
 
 def unescaped(stream):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import io
 import json
 import os
 import re
@@ -341,30 +340,21 @@ class Failed(Exception):
     """A step of a job failed; the message is the one line the user sees."""
 
 
-class _TracebacksUnprinted(io.TextIOBase):
+class _TracebacksUnprinted(text.StreamFilter):
     """stderr while a pipeline runs: Beam's SDK harness prints the traceback
     of a bundle that failed there, besides logging it (pipeline.cli keeps
     that record out); the launcher says what failed, in one line."""
 
-    def __init__(self, stream):
-        self._stream = stream
+    def __init__(self, raw):
+        super().__init__(raw)
         self._after_traceback = False
 
     def write(self, data: str) -> int:
         traceback = data.startswith("Traceback (most recent call last):")
         if not (traceback or (self._after_traceback and data == "\n")):  # print() ends it with a write of its own
-            self._stream.write(data)
+            self.raw.write(data)
         self._after_traceback = traceback
         return len(data)
-
-    def flush(self) -> None:
-        self._stream.flush()
-
-    def fileno(self) -> int:
-        return self._stream.fileno()
-
-    def isatty(self) -> bool:
-        return self._stream.isatty()
 
 
 def execute(pipeline: beam.Pipeline, shards: int | None = None) -> None:
