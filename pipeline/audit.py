@@ -108,8 +108,8 @@ def main(argv) -> Exit:
 
     from litmus_score.scoring import contract as c
     from pipeline.flags import beam_options
-    from pipeline.graph import ScoreTrajectories, check_verdict_source
-    from pipeline.options import UsageError, load_policy_file
+    from pipeline.graph import ScoreTrajectories, check_verdict_source, input_bytes
+    from pipeline.options import UsageError, fit_local_workers, load_policy_file
     from transforms.files import to_json, write_text
     from transforms.read import NoMatchingShards, NoVerdictSource
 
@@ -130,6 +130,7 @@ def main(argv) -> Exit:
             text.error(error)
             return Exit.USAGE
         outputs["metrics"] | "Keep metrics" >> beam.Map(lambda doc: write_text(path, to_json(doc)))
+        fit_local_workers(options, input_bytes(score.inputs.identities()))
         if pipeline.run().wait_until_finish() != beam.runners.runner.PipelineState.DONE:
             text.error("the pipeline failed")
             return Exit.FAILED

@@ -278,6 +278,20 @@ def input_identities(identities) -> list:
             for path, identity in identities]
 
 
+class Planned(NamedTuple):
+    """What a built job reads: its shards (None when it imports logs) and
+    the inputs' total size in bytes (None when one's size is unknown)."""
+
+    shards: int | None
+    input_bytes: int | None
+
+
+def input_bytes(identities: list) -> int | None:
+    """The total size of the inputs input_identities lists, None if one's is unknown."""
+    sizes = [identity["size"] for identity in identities]
+    return None if None in sizes else sum(sizes)
+
+
 def check_verdict_source(shards, policy, accept_no_verdict: bool = False) -> None:
     """NoVerdictSource when no policy is given and some shard records no
     verdict (an import of agent logs): every call of theirs would be
@@ -289,10 +303,10 @@ def check_verdict_source(shards, policy, accept_no_verdict: bool = False) -> Non
 
 
 def build(pipeline: beam.Pipeline, config, manifest_header: dict, finish=None,
-          logs: LogImport | None = None) -> int | None:
+          logs: LogImport | None = None) -> Planned:
     """Adds the whole job (score, then write everything) to `pipeline` for a
-    pipeline.options.RunConfig; returns how many shards it reads (None when
-    it imports `logs` instead: config.inputs are those logs). `finish`,
+    pipeline.options.RunConfig; returns what it reads (no shards when it
+    imports `logs` instead: config.inputs are those logs). `finish`,
     a picklable callable, runs once as the job's last step, after
     metrics.json and the manifest are written (pipeline.job.PublishStep:
     the job publishes itself)."""
@@ -304,10 +318,11 @@ def build(pipeline: beam.Pipeline, config, manifest_header: dict, finish=None,
     elif config.policy is None and not config.accept_no_verdict:
         raise NoVerdictSource(logs.transform.files)  # no log records a verdict
     # What a later run re-scoring this one's inputs checks they still are (pipeline.rescore).
-    manifest_header = {**manifest_header, "input_identities": score.inputs.identities()}
+    identities = score.inputs.identities()
+    manifest_header = {**manifest_header, "input_identities": identities}
     outputs = pipeline | "Score trajectories" >> score
     written = outputs | "Write outputs" >> WriteOutputs(config.output, manifest_header,
                                                         logs.header if logs is not None else None)
     if finish is not None:
         written | "Publish the run" >> beam.Map(finish)
-    return len(score.shards) if logs is None else None
+    return Planned(len(score.shards) if logs is None else None, input_bytes(identities))

@@ -42,7 +42,7 @@ from litmus_score.scoring.layout import (
 from litmus_score.scoring.metrics import largest_common_k
 from pipeline import graph, publish
 from pipeline.flags import beam_options
-from pipeline.options import RunConfig, validate
+from pipeline.options import RunConfig, fit_local_workers, validate
 from pipeline.processes import settle_memory, worker_crash_ends_run, workers_die_with_launcher
 from pipeline.progress import ProgressLine, runs_in_process
 from pipeline.rescore import like_with_like
@@ -357,9 +357,11 @@ class _TracebacksUnprinted(text.StreamFilter):
         return len(data)
 
 
-def execute(pipeline: beam.Pipeline, shards: int | None = None) -> None:
+def execute(pipeline: beam.Pipeline, shards: int | None = None, input_bytes: int | None = None) -> None:
     """Runs `pipeline` to its end (with the progress line for `shards`, where
-    it can be drawn); Failed, in one line, if it did not succeed."""
+    it can be drawn), on the local workers its `input_bytes` call for;
+    Failed, in one line, if it did not succeed."""
+    fit_local_workers(pipeline.options, input_bytes)
     in_process = runs_in_process(pipeline.options)
     if in_process:
         settle_memory()
@@ -448,13 +450,13 @@ def run(config: RunConfig, baseline: publish.Run | None = None, night: dict | No
         return Exit.USAGE
     try:
         # Globs are matched here, once, before any work is launched or the output is touched.
-        shard_count = graph.build(pipeline, config, manifest_header(config, night), logs=logs)
+        planned = graph.build(pipeline, config, manifest_header(config, night), logs=logs)
         lock = claimed or publish.claim(config.output, config.replace, night)
     except (NoMatchingShards, NoVerdictSource, publish.PublishError) as error:
         text.error(error)
         return Exit.USAGE
     try:
-        execute(pipeline, shard_count)
+        execute(pipeline, planned.shards, planned.input_bytes)
         baseline = like_with_like(config, baseline, execute)
         metrics, manifest, comparison = complete(config.output, baseline, config.thresholds,
                                                  policy_documents(config))

@@ -26,6 +26,11 @@ if TYPE_CHECKING:
 # past a few threads the GIL-bound rest dominates and only memory grows.
 MAX_LOCAL_WORKERS = 4
 _WORKER_FLAGS = ("--direct_num_workers", "--direct_running_mode")
+# Under this much input a local run keeps one in-memory worker: two worker
+# threads start a gRPC server and a worker each, and translate every stage
+# for both, which costs a small run more than a second core saves
+# (docs/performance.md, "Start-up").
+SMALL_INPUT_BYTES = 16 * 2**20
 # Where worker threads run (pipeline.threaded_runner says why not on FnApiRunner's own).
 THREADED_RUNNER = "pipeline.threaded_runner.ThreadedRunner"
 # Runners of ours by short name (Beam's own names resolve as Beam resolves them).
@@ -42,20 +47,34 @@ def with_our_runners(argv: list) -> list:
 
 
 def with_local_parallelism(argv: list) -> list:
-    """argv, plus threaded DirectRunner workers (one per core, at most
-    MAX_LOCAL_WORKERS) when the job runs on DirectRunner and the user chose
-    neither the number of workers nor their mode. Worker threads, ours or
-    the user's, run on THREADED_RUNNER."""
+    """argv, with a local run's worker threads, ours or the user's, on
+    THREADED_RUNNER. When the job runs on DirectRunner and the user chose
+    neither the number of workers nor their mode, it goes on THREADED_RUNNER
+    with Beam's one in-memory worker, for fit_local_workers to choose once
+    the input's size is known."""
     runner = PipelineOptions(argv).view_as(StandardOptions).runner
     local = "direct" if runner is None else runner.lower().removesuffix("runner")
     chosen = any(arg.split("=")[0] in _WORKER_FLAGS for arg in argv)
-    workers = min(os.cpu_count() or 1, MAX_LOCAL_WORKERS)
-    if local == "direct" and not chosen and workers >= 2:
-        argv = [*argv, f"--direct_num_workers={workers}", "--direct_running_mode=multi_threading"]
     threads = PipelineOptions(argv).view_as(DirectOptions).direct_running_mode == "multi_threading"
-    if local in ("direct", "fnapi") and threads:
+    if (local == "direct" and not chosen and _cores() >= 2) or (local in ("direct", "fnapi") and threads):
         argv = [*argv, f"--runner={THREADED_RUNNER}"]
     return list(argv)
+
+
+def _cores() -> int:
+    return min(os.cpu_count() or 1, MAX_LOCAL_WORKERS)
+
+
+def fit_local_workers(options: PipelineOptions, input_bytes: int | None) -> None:
+    """Chooses the workers of a local run whose workers were left to it
+    (with_local_parallelism): a thread per core, at most MAX_LOCAL_WORKERS,
+    unless the input is known to be under SMALL_INPUT_BYTES: then the one
+    in-memory worker it has, whose start costs less than the threads save."""
+    direct = options.view_as(DirectOptions)
+    if options.view_as(StandardOptions).runner != THREADED_RUNNER or direct.direct_running_mode != "in_memory":
+        return  # not on our runner, or the user chose
+    if input_bytes is None or input_bytes >= SMALL_INPUT_BYTES:
+        direct.direct_num_workers, direct.direct_running_mode = _cores(), "multi_threading"
 
 
 class UsageError(ValueError):

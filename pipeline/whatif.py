@@ -155,13 +155,14 @@ class WriteWhatIf:
         write_whole(self._output, MANIFEST_FILE, to_json(manifest).encode("utf-8"))
 
 
-def build(pipeline: beam.Pipeline, config: WhatIfConfig) -> int:
-    """Adds the whole what-if to `pipeline`; returns how many shards it reads."""
+def build(pipeline: beam.Pipeline, config: WhatIfConfig) -> graph.Planned:
+    """Adds the whole what-if to `pipeline`; returns what it reads."""
     run = config.run
     score = graph.ScoreUnderPolicies(run.inputs, config.policies, run.mode, run.batch_rows, run.bounds,
                                      run.max_slice_keys, run.max_groups, run.max_k)
     outputs = pipeline | "Score under each policy" >> score
-    finish = WriteWhatIf(config, config.manifest_header(score.inputs.identities()))
+    identities = score.inputs.identities()
+    finish = WriteWhatIf(config, config.manifest_header(identities))
     tagged = [outputs[key] | f"Tag {key}" >> beam.Map(lambda value, key=key: (key, value))
               for key in ("metrics", "flips")]
     tagged.append(outputs["shard_reports"] | "Tag reports" >> beam.Map(lambda report: ("reports", report)))
@@ -169,7 +170,7 @@ def build(pipeline: beam.Pipeline, config: WhatIfConfig) -> int:
      | "Gather documents" >> beam.Flatten()
      | "List documents" >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()
      | "Write metrics, whatif.json and manifest.json" >> beam.Map(finish))
-    return len(score.shards)
+    return graph.Planned(len(score.shards), graph.input_bytes(identities))
 
 
 def summary(document: dict, output: str) -> str:
@@ -206,13 +207,13 @@ def run(config: WhatIfConfig) -> Exit:
         text.error(error)
         return Exit.USAGE
     try:
-        shard_count = build(pipeline, config)
+        planned = build(pipeline, config)
         lock = publish.claim(output, config.run.replace, kind=config.folder_kind())
     except (NoMatchingShards, publish.PublishError) as error:
         text.error(error)
         return Exit.USAGE
     try:
-        job.execute(pipeline, shard_count)
+        job.execute(pipeline, planned.shards, planned.input_bytes)
         with job.publishing(output):
             manifest = publish.publish(output, _read_json(FileSystems.join(output, MANIFEST_FILE)), {})
             document = _read_json(FileSystems.join(output, WHATIF_FILE))

@@ -9,9 +9,16 @@ import sys
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 
 from pipeline.cli import main
-from pipeline.options import MAX_LOCAL_WORKERS, THREADED_RUNNER, with_local_parallelism
+from pipeline.options import (
+    MAX_LOCAL_WORKERS,
+    SMALL_INPUT_BYTES,
+    THREADED_RUNNER,
+    fit_local_workers,
+    with_local_parallelism,
+)
 from tests import builders as b
 from tests.conftest import RUNNER, load_json
 from transforms import schema as s
@@ -216,25 +223,51 @@ ON_THREADS = [f"--runner={THREADED_RUNNER}"]
 
 
 @pytest.mark.parametrize("argv, added", [
-    ([], THREADS + ON_THREADS),
-    (["--runner", "DirectRunner"], THREADS + ON_THREADS),
-    (["--runner=direct"], THREADS + ON_THREADS),
+    ([], ON_THREADS),  # the workers are chosen by fit_local_workers, once the input is known
+    (["--runner", "DirectRunner"], ON_THREADS),
+    (["--runner=direct"], ON_THREADS),
     (["--runner", "FnApiRunner"], []),  # an explicit runner choice, as the tests make
     (["--runner", "FnApiRunner", *THREADS], ON_THREADS),  # threads chosen: still on the threaded runner
     (["--runner", "DataflowRunner"], []),
     (["--direct_num_workers=1"], []),
     (["--direct_running_mode", "multi_processing"], []),
 ])
-def test_direct_runner_gets_a_thread_per_core_unless_told_otherwise(monkeypatch, argv, added):
+def test_direct_runner_goes_on_the_threaded_runner_unless_told_otherwise(monkeypatch, argv, added):
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     assert with_local_parallelism(argv) == argv + added
 
 
+def _workers(argv: list, input_bytes: int | None) -> tuple:
+    options = PipelineOptions(with_local_parallelism(argv))
+    fit_local_workers(options, input_bytes)
+    direct = options.view_as(DirectOptions)
+    return direct.direct_num_workers, direct.direct_running_mode
+
+
+@pytest.mark.parametrize("input_bytes, workers", [
+    (None, (2, "multi_threading")),  # a size unknown (an object store's listing without sizes)
+    (SMALL_INPUT_BYTES, (2, "multi_threading")),
+    (SMALL_INPUT_BYTES - 1, (1, "in_memory")),
+    (0, (1, "in_memory")),
+])
+def test_a_small_input_keeps_one_in_memory_worker(monkeypatch, input_bytes, workers):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert _workers([], input_bytes) == workers
+
+
+@pytest.mark.parametrize("argv", [THREADS, ["--direct_num_workers=1"], ["--direct_running_mode=in_memory"],
+                                  ["--runner", "FnApiRunner"], ["--direct_running_mode", "multi_processing"]])
+def test_the_users_choice_of_workers_is_kept_whatever_the_input(monkeypatch, argv):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert _workers(argv, 0) == _workers(argv, None) == _workers(argv, 10 * SMALL_INPUT_BYTES)
+
+
 def test_local_threads_are_capped(monkeypatch):
     monkeypatch.setattr("os.cpu_count", lambda: 64)
-    assert f"--direct_num_workers={MAX_LOCAL_WORKERS}" in with_local_parallelism([])
+    assert _workers([], None) == (MAX_LOCAL_WORKERS, "multi_threading")
     monkeypatch.setattr("os.cpu_count", lambda: 1)
     assert with_local_parallelism([]) == []
+    assert _workers([], None) == (1, "in_memory")
 
 
 def test_worker_threads_change_nothing_but_the_file_count(generated, score_cli):

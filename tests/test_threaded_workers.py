@@ -14,10 +14,10 @@ from __future__ import annotations
 import apache_beam as beam
 import pyarrow as pa
 import pytest
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipeline.options import THREADED_RUNNER, with_local_parallelism
+from pipeline.options import THREADED_RUNNER, fit_local_workers, with_local_parallelism
 from tests.agentdojo_episodes import write_episodes
 from tests.importers_support import require
 from transforms import schema as s
@@ -45,12 +45,13 @@ def _files_of_batches(batches) -> tuple:
 def test_a_default_local_run_imports_and_groups_real_shaped_batches_every_time(tmp_path, monkeypatch):
     """On FnApiRunner's own threads this failed in 9 of 11 runs (docs/testing.md)."""
     monkeypatch.setattr("os.cpu_count", lambda: 2)
-    argv = with_local_parallelism([])
-    assert f"--runner={THREADED_RUNNER}" in argv
+    options = PipelineOptions(with_local_parallelism([]))
+    fit_local_workers(options, None)  # the threads a run of more than a few MiB gets
+    assert options.view_as(StandardOptions).runner == THREADED_RUNNER
     paths = write_episodes(tmp_path / "logs", 150, seed=7)
     expected = [(str(path), 1) for path in paths]  # one trajectory an episode
     for _ in range(RUNS):
-        with beam.Pipeline(options=PipelineOptions(argv)) as p:
+        with beam.Pipeline(options=options) as p:
             batches = (p | "Import" >> ImportToScore("agentdojo", [str(tmp_path / "logs")], "agent"))["batches"]
             counted, grouped = _files_of_batches(batches)
             assert_that(counted, equal_to(expected), label="Every row once")
