@@ -1,6 +1,6 @@
 """Throughput benchmark: litmus-score against a DuckDB query doing the same work.
 
-Generates a workload of about --calls tool calls with varied texts and
+Generates a workload of about --calls tool calls (several scales: 1000000,10000000) with varied texts and
 every defect of the spec (benchmarks/workload.py; kept in --workdir and
 reused): `varied` carries recorded verdicts and re-serialized arguments as
 harness logs do, `imported` is shaped like logs brought in by an importer
@@ -15,13 +15,16 @@ Then it times, as whole processes, --repeat times each, in turn:
     completeness, JSON objects (json_valid and "is an object"), verdicts
     (recorded, else the policy's), realization, trajectory verdicts, policy
     disagreements;
-  * with --without-policy-too, both again without a policy.
+  * with --without-policy-too, both again without a policy;
+  * with --startup, first `litmus-score --help` and scoring the demo's 1,200
+    trajectories (no policy, as `litmus-score demo`).
 It checks that each query's numbers equal its run's metrics.json, field by
 field (exit status 1 if not), and prints medians of wall time, peak RSS and
-CPU time, calls per second per core and the ratios, plus a Markdown row each.
+CPU time, calls per second per core and the ratios, a Markdown row each, and
+issue 37's targets, met or not, for what the round measured (`make bench`).
 
-    python benchmarks/run.py --calls 1000000 [--repeat 3] [--workdir DIR] [--workload varied|imported]
-        [--policy FILE|none] [--without-policy-too] [-- --direct_num_workers=1 ...]
+    python benchmarks/run.py --calls 1000000[,10000000] [--repeat 3] [--workdir DIR] [--workload varied|imported]
+        [--policy FILE|none] [--without-policy-too] [--startup] [-- --direct_num_workers=1 ...]
 """
 
 from __future__ import annotations
@@ -37,8 +40,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import workload
-
 HERE = Path(__file__).parent
 QUERY = HERE / "metrics.sql"
 # configs/policy.yaml, and the query's copy of it in SQL.
@@ -51,6 +52,18 @@ connection.execute("SET enable_progress_bar = false")
 result = connection.execute(sys.argv[1])
 names = [column[0] for column in result.description]
 print(json.dumps([dict(zip(names, row)) for row in result.fetchall()], default=int))
+"""
+# Writes a workload's shards: directory, calls, seed, kind (the demo's 1,200 trajectories as `litmus-score demo`
+# writes them, or benchmarks/workload.py's).
+GENERATE = """
+import sys
+directory, calls, seed, kind = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+if kind == "demo":
+    from litmus_score.synthetic import generate
+    generate(directory, shards=4, seed=seed, profile="reference-1200")
+else:
+    import workload
+    workload.generate(directory, calls, seed, imported=kind == "imported")
 """
 # metrics.json path -> the query's column, per group.
 FIELDS = {
@@ -135,47 +148,38 @@ def summary(samples, calls: int, cores: int) -> dict:
             "all_seconds": [round(s[0], 2) for s in samples], "all_cpu_seconds": [round(s[2], 2) for s in samples]}
 
 
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    ours, beam_args = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--calls", type=int, default=1_000_000, help="tool calls in the workload, about")
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--workdir", default=None, help="keep the workload here and reuse it (default: a temp folder)")
-    parser.add_argument("--workload", choices=("varied", "imported"), default="varied")
-    parser.add_argument("--policy", default=str(POLICY),
-                        help="policy file for litmus-score (default configs/policy.yaml, which benchmarks/policy.sql "
-                             "states in SQL), or `none`")
-    parser.add_argument("--without-policy-too", action="store_true",
-                        help="also time both without a policy, in the same alternation")
-    args = parser.parse_args(ours)
-    policies = [] if args.policy == "none" else [args.policy]
-    if args.without_policy_too or not policies:
-        policies.append(None)
-    if any(policy not in (None, str(POLICY)) for policy in policies):
-        print("note: benchmarks/policy.sql states configs/policy.yaml; the check fails for another policy",
-              file=sys.stderr)
+# Issue 37's targets, checked on what a round measured: (what, limit, how it is read).
+MB = 1e6 / 2**20  # MiB in a megabyte
+STARTUP_S, HELP_S, RSS_MIB_AT_10M, NO_POLICY_RATIO_AT_10M = 2.0, 0.5, 600 * MB, 0.8
 
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="litmus-bench-"))
-    shards = workdir / (f"workload-{args.calls}-seed{args.seed}" if args.workload == "varied"
-                        else f"imported-{args.calls}-seed{args.seed}")
+
+def prepare(workdir: Path, calls: int, seed: int, kind: str) -> str:
+    """The glob of a workload's shards in `workdir`, generated once and reused."""
+    names = {"varied": f"workload-{calls}", "imported": f"imported-{calls}", "demo": "demo-1200"}
+    shards = workdir / f"{names[kind]}-seed{seed}"
     if not (shards / "_COMPLETE").exists():
         shutil.rmtree(shards, ignore_errors=True)  # left by an interrupted generation
         start = time.perf_counter()
-        workload.generate(str(shards), args.calls, args.seed, imported=args.workload == "imported")
+        # In a process of its own: a child's peak RSS counts this one's at the fork, which stays small.
+        subprocess.run([sys.executable, "-c", GENERATE, str(shards), str(calls), str(seed), kind], check=True,
+                       cwd=HERE)
         (shards / "_COMPLETE").touch()
         print(f"generated {shards} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
-    pattern = str(shards / "*.parquet")
+    return str(shards / "*.parquet")
 
-    def query(policy):
-        rules = (POLICY_SQL if policy else NO_POLICY_SQL).read_text()
-        return QUERY.read_text().replace("{policy}", rules).replace("{shards}", pattern.replace("'", "''"))
 
-    load = [os.getloadavg()]
+def query(pattern: str, policy) -> str:
+    rules = (POLICY_SQL if policy else NO_POLICY_SQL).read_text()
+    return QUERY.read_text().replace("{policy}", rules).replace("{shards}", pattern.replace("'", "''"))
+
+
+def bench(pattern: str, policies: list, repeat: int, beam_args: list, workdir: Path, load: list) -> dict:
+    """Times litmus-score and the query over `pattern`, `repeat` times in turn
+    for each policy; checks each policy's metrics.json against its query
+    (exit 1 at the end if they differ). {policy or "none": its entry}."""
     times = {policy: ([], []) for policy in policies}
     metrics, rows = {}, {}
-    for i in range(args.repeat):
+    for i in range(repeat):
         for policy in policies:
             output = workdir / f"out-{i}"
             shutil.rmtree(output, ignore_errors=True)  # left by an interrupted run
@@ -184,51 +188,157 @@ def main(argv=None):
                                          "--output", str(output), *flags, *beam_args])[:3])
             metrics.setdefault(policy, json.loads((output / "metrics.json").read_text()))
             shutil.rmtree(output)
-            *measured, output_rows = run([sys.executable, "-c", DUCKDB_PROCESS, query(policy)], stdout=subprocess.PIPE)
+            *measured, output_rows = run([sys.executable, "-c", DUCKDB_PROCESS, query(pattern, policy)],
+                                         stdout=subprocess.PIPE)
             times[policy][1].append(tuple(measured))
             rows.setdefault(policy, json.loads(output_rows))
             load.append(os.getloadavg())
-
     cores = os.cpu_count()
-    failed = False
-    report = {"workload": args.workload, "cores": cores, "beam_args": beam_args, "runs": args.repeat,
-              "load_average_1min": [round(sample[0], 2) for sample in load], "by_policy": {}}
+    entries = {}
     for policy in policies:
         calls = metrics[policy]["totals"]["calls"]["input"]
         ours_s, duck_s = (summary(samples, calls, cores) for samples in times[policy])
-        report["by_policy"][policy or "none"] = {
+        compared, found = differences(metrics[policy], rows[policy])
+        entries[policy or "none"] = {
             "tool_calls": calls, "trajectories": metrics[policy]["totals"]["trajectories"]["input"],
             "shards": metrics[policy]["inputs"]["files"], "litmus_score": ours_s, "duckdb": duck_s,
             "ratio": round(ours_s["seconds"] / duck_s["seconds"], 2),
             "cpu_ratio": round(ours_s["cpu_seconds"] / duck_s["cpu_seconds"], 2),
             "unscored_by_reason": {reason: count for reason, count in
-                                   metrics[policy]["totals"]["trajectories"]["unscored_by_reason"].items() if count}}
-        compared, found = differences(metrics[policy], rows[policy])
+                                   metrics[policy]["totals"]["trajectories"]["unscored_by_reason"].items() if count},
+            "check": {"fields": compared, "differences": len(found)}}
         if found:
-            failed = True
-            print(f"check FAILED ({policy or 'no policy'}): {len(found)} of {compared} fields differ", file=sys.stderr)
+            print(f"check FAILED ({calls:,} calls, {policy or 'no policy'}): {len(found)} of {compared} fields "
+                  "differ", file=sys.stderr)
             for difference in found[:50]:
                 print("  ", *difference, file=sys.stderr)
         else:
-            print(f"check ({policy or 'no policy'}): DuckDB and metrics.json agree on all {compared} fields "
-                  f"({len(rows[policy])} groups and the totals)", file=sys.stderr)
-    if len(policies) == 2:
-        with_policy, without = (report["by_policy"][p or "none"] for p in policies)
-        report["policy_cost"] = {name: round(with_policy[name]["seconds"] / without[name]["seconds"], 3)
-                                 for name in ("litmus_score", "duckdb")}
-        # Per call and context: both contexts of every call are put to the policy.
-        report["policy_cpu_us_per_call_and_context"] = round(
-            (with_policy["litmus_score"]["cpu_seconds"] - without["litmus_score"]["cpu_seconds"])
-            / (2 * with_policy["tool_calls"]) * 1e6, 2)
+            print(f"check ({calls:,} calls, {policy or 'no policy'}): DuckDB and metrics.json agree on all "
+                  f"{compared} fields ({len(rows[policy])} groups and the totals)", file=sys.stderr)
+    return entries
+
+
+def policy_cost(entries: dict) -> dict:
+    """What the policy costs, from a scale's runs with and without it."""
+    (with_policy,), without = [entry for name, entry in entries.items() if name != "none"], entries["none"]
+    return {"wall_ratio": {name: round(with_policy[name]["seconds"] / without[name]["seconds"], 3)
+                           for name in ("litmus_score", "duckdb")},
+            # Per call and context: both contexts of every call are put to the policy.
+            "cpu_us_per_call_and_context": round(
+                (with_policy["litmus_score"]["cpu_seconds"] - without["litmus_score"]["cpu_seconds"])
+                / (2 * with_policy["tool_calls"]) * 1e6, 2)}
+
+
+def startup(repeat: int, demo: str, beam_args: list, workdir: Path, load: list) -> dict:
+    """`litmus-score --help`, and scoring the demo's shards as `litmus-score
+    demo` does (no policy), `repeat` times in turn. No query beside them: the
+    demo holds texts DuckDB's json_valid reads otherwise (NaN, a trailing comma)."""
+    samples = {"help": [], "demo": []}
+    output = workdir / "out-demo"
+    for _ in range(repeat):
+        samples["help"].append(run([sys.executable, "-m", "pipeline", "--help"])[:3])
+        shutil.rmtree(output, ignore_errors=True)
+        samples["demo"].append(run([sys.executable, "-m", "pipeline", "score", "--input", demo,
+                                    "--output", str(output), *beam_args])[:3])
+        load.append(os.getloadavg())
+    trajectories = json.loads((output / "metrics.json").read_text())["totals"]["trajectories"]["input"]
+    shutil.rmtree(output)
+    report = {}
+    for name, runs in samples.items():
+        wall, rss, cpu = (statistics.median(column) for column in zip(*runs))
+        report[name] = {"seconds": round(wall, 2), "cpu_seconds": round(cpu, 2), "peak_rss_mib": round(rss),
+                        "all_seconds": [round(sample[0], 2) for sample in runs]}
+    report["demo"]["trajectories"] = trajectories
+    return report
+
+
+def targets(report: dict) -> list:
+    """Issue 37's targets as (target, measured, met), for what this round measured."""
+    rows = []
+    if "startup" in report:
+        demo, helped = report["startup"]["demo"], report["startup"]["help"]
+        rows += [("score the demo's 1,200 trajectories, whole process, at most 2 s", f"{demo['seconds']:.2f} s",
+                  demo["seconds"] <= STARTUP_S),
+                 ("`litmus-score --help` at most 0.5 s", f"{helped['seconds']:.2f} s", helped["seconds"] <= HELP_S)]
+    for scale in report["scales"]:
+        if scale["calls"] < 10_000_000:
+            continue
+        for name, entry in scale["by_policy"].items():
+            rss, ratio, policy = entry["litmus_score"]["peak_rss_mib"], entry["ratio"], name != "none"
+            calls = f"{entry['tool_calls']:,} calls {'with' if policy else 'without'} the policy"
+            rows.append((f"{calls}: peak RSS at most 600 MB", f"{rss} MiB ({rss / MB:.0f} MB)", rss <= RSS_MIB_AT_10M))
+            rows.append((f"{calls}: ahead of the query" if policy else f"{calls}: at most 0.8x the query",
+                         f"{ratio:.2f}x", ratio < 1 if policy else ratio <= NO_POLICY_RATIO_AT_10M))
+    return rows
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    ours, beam_args = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--calls", default="1000000",
+                        help="tool calls in the workload, about; several scales separated by commas")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workdir", default=None,
+                        help="keep the workloads here and reuse them (default: a temp folder)")
+    parser.add_argument("--workload", choices=("varied", "imported"), default="varied")
+    parser.add_argument("--policy", default=str(POLICY),
+                        help="policy file for litmus-score (default configs/policy.yaml, which benchmarks/policy.sql "
+                             "states in SQL), or `none`")
+    parser.add_argument("--without-policy-too", action="store_true",
+                        help="also time both without a policy, in the same alternation")
+    parser.add_argument("--startup", action="store_true",
+                        help="also time `litmus-score --help` and scoring the demo's 1,200 trajectories")
+    args = parser.parse_args(ours)
+    scales = [int(calls) for calls in args.calls.split(",") if calls]
+    policies = [] if args.policy == "none" else [args.policy]
+    if args.without_policy_too or not policies:
+        policies.append(None)
+    if any(policy not in (None, str(POLICY)) for policy in policies):
+        print("note: benchmarks/policy.sql states configs/policy.yaml; the check fails for another policy",
+              file=sys.stderr)
+
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="litmus-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    patterns = {calls: prepare(workdir, calls, args.seed, args.workload) for calls in scales}
+    load = [os.getloadavg()]
+    report = {"workload": args.workload, "cores": os.cpu_count(), "beam_args": beam_args, "runs": args.repeat,
+              "scales": []}
+    if args.startup:
+        demo = prepare(workdir, 0, args.seed, "demo")
+        report["startup"] = startup(args.repeat, demo, beam_args, workdir, load)
+    for calls in scales:
+        entries = bench(patterns[calls], policies, args.repeat, beam_args, workdir, load)
+        report["scales"].append({"calls": calls, "by_policy": entries,
+                                 **({"policy_cost": policy_cost(entries)} if len(policies) == 2 else {})})
+    report["load_average_1min"] = [round(sample[0], 2) for sample in load]
+    report["targets"] = [{"target": target, "measured": measured, "met": met}
+                         for target, measured, met in targets(report)]
     print(json.dumps(report, indent=2))
-    for policy in policies:
-        entry = report["by_policy"][policy or "none"]
+
+    print("\n| tool calls | workload | policy | litmus-score | CPU-s | peak RSS | DuckDB query | CPU-s | peak RSS "
+          "| ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    measured = [(name, entry) for scale in report["scales"] for name, entry in scale["by_policy"].items()]
+    for name, entry in measured:
         ours_s, duck_s = entry["litmus_score"], entry["duckdb"]
-        print(f"| {entry['tool_calls']:,} | {args.workload} | {'policy' if policy else 'none'} "
+        print(f"| {entry['tool_calls']:,} | {args.workload} | {'none' if name == 'none' else 'policy'} "
               f"| {ours_s['seconds']:.2f} s | {ours_s['cpu_seconds']:.1f} | {ours_s['peak_rss_mib']} MiB "
               f"| {duck_s['seconds']:.2f} s | {duck_s['cpu_seconds']:.1f} | {duck_s['peak_rss_mib']} MiB "
-              f"| **{entry['ratio']:.2f}x** | {max(sample[0] for sample in load):.1f} |")
-    if failed:
+              f"| **{entry['ratio']:.2f}x** |")
+    if args.startup:
+        helped, demo = report["startup"]["help"], report["startup"]["demo"]
+        print(f"\nStart-up: `litmus-score --help` {helped['seconds']:.2f} s ({helped['cpu_seconds']:.2f} CPU-s); "
+              f"`litmus-score score` of the demo's {demo['trajectories']:,} trajectories {demo['seconds']:.2f} s "
+              f"({demo['cpu_seconds']:.2f} CPU-s, peak RSS {demo['peak_rss_mib']} MiB)")
+    if report["targets"]:
+        print("\n| target (issue 37) | measured | |\n|---|---|---|")
+        for row in report["targets"]:
+            print(f"| {row['target']} | {row['measured']} | {'met' if row['met'] else '**not met**'} |")
+    print(f"\n1-minute load average: {min(report['load_average_1min']):.1f} to "
+          f"{max(report['load_average_1min']):.1f}")
+    if any(entry["check"]["differences"] for _, entry in measured):
         sys.exit(1)
     if not args.workdir:
         shutil.rmtree(workdir)
