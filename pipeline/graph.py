@@ -32,7 +32,7 @@ from transforms.elements import Tag
 from transforms.evidence import CollectEvidence
 from transforms.harness import CompareWithHarness, HarnessVerdictsOfBatches, ReadHarnessVerdicts
 from transforms.imports import REPORTS_TAG, UNMAPPED_TAG, ImportToScore
-from transforms.metrics import ComputeMetrics
+from transforms.metrics import ComputeMetrics, GatherStatistics
 from transforms.read import DEFAULT_BATCH_ROWS, NoVerdictSource, ReadShards, shards_without_verdicts
 from transforms.records import failed_batch_to_unscored
 from transforms.resolve import ResolveContexts
@@ -142,15 +142,16 @@ class ScoreTrajectories(beam.PTransform):
         unscored = {layout.DUPLICATE: distinct[Tag.UNSCORED], layout.INCOMPLETE: checked[Tag.UNSCORED],
                     layout.UNRESOLVED: resolved[Tag.UNSCORED], layout.FAILED: failed}
         reports = read[Tag.SHARD_REPORTS]
-        statistics = [
+        # A tuple: Beam takes a list of PCollections for values to create.
+        statistics = (
             classified[Tag.STATS],
             resolved[Tag.VALIDITY],
             distinct[Tag.STATS],
             reports | "Count inputs" >> beam.Map(m.input_statistics),
             classified[Tag.TRAJECTORIES] | "Harness verdicts" >> CompareWithHarness(read["harness_verdicts"]),
-        ] + [
-            records | f"Count {name} unscored" >> beam.Map(unscored_statistics) for name, records in unscored.items()
-        ] | "Gather statistics" >> beam.Flatten()
+            *(records | f"Count {name} unscored" >> beam.Map(unscored_statistics)
+              for name, records in unscored.items()),
+        ) | "Gather statistics" >> GatherStatistics(self._max_slice_keys, self._max_groups)
         policy_sha256 = self._policy.sha256 if self._policy is not None else None
         imported = {key: read[key] for key in ("import_reports", "unmapped") if key in read}
         return {
@@ -207,6 +208,7 @@ class ScoreUnderPolicies(beam.PTransform):
         self.inputs = ShardInputs(inputs, batch_rows, bounds.max_text_bytes)
         self._resolve = ResolveUnderPolicies(mode, policies)
         self._mode, self._bounds = mode, bounds
+        self._max_slice_keys, self._max_groups = max_slice_keys, max_groups
         self._metrics = [ComputeMetrics(mode, policy.sha256, max_slice_keys, max_groups, max_k)
                          for policy in policies]
 
@@ -222,13 +224,12 @@ class ScoreUnderPolicies(beam.PTransform):
         # What every policy's metrics share: the inputs, and the rows set aside before any policy judged them.
         shared_unscored = {layout.DUPLICATE: distinct[Tag.UNSCORED], layout.INCOMPLETE: checked[Tag.UNSCORED],
                            layout.FAILED: _failed_rows(checked, resolved)}
-        shared = [
+        shared = (
             distinct[Tag.STATS],
             read[Tag.SHARD_REPORTS] | "Count inputs" >> beam.Map(m.input_statistics),
-        ] + [
-            records | f"Count {name} unscored" >> beam.Map(unscored_statistics)
-            for name, records in shared_unscored.items()
-        ] | "Gather shared statistics" >> beam.Flatten()
+            *(records | f"Count {name} unscored" >> beam.Map(unscored_statistics)
+              for name, records in shared_unscored.items()),
+        ) | "Gather shared statistics" >> GatherStatistics(self._max_slice_keys, self._max_groups)
         by_policy = {
             name: resolved[tag] | f"Split {name} by policy" >> beam.Partition(_ByPolicy(), n)
             for name, tag in (("resolved", "resolved"), ("validity", Tag.VALIDITY), ("unscored", Tag.UNSCORED))
@@ -241,14 +242,14 @@ class ScoreUnderPolicies(beam.PTransform):
                 return by_policy[name][i] | f"{label}: its {name}" >> beam.Map(lambda keyed: keyed[1])
 
             classified = unkeyed("resolved") | f"{label}: classification" >> Classify(self._mode, with_calls=False)
-            statistics = [
+            statistics = (
                 shared,
                 classified[Tag.STATS],
                 unkeyed("validity"),
                 unkeyed("unscored") | f"{label}: count unresolved" >> beam.Map(unscored_statistics),
                 classified[Tag.TRAJECTORIES]
                 | f"{label}: harness verdicts" >> CompareWithHarness(read["harness_verdicts"]),
-            ] | f"{label}: gather statistics" >> beam.Flatten()
+            ) | f"{label}: gather statistics" >> GatherStatistics(self._max_slice_keys, self._max_groups)
             metrics.append(statistics | f"{label}: metrics" >> compute
                            | f"{label}: key metrics" >> beam.Map(lambda document, i=i: (i, document)))
         # Every candidate has a summary, flips or not (a combine emits nothing for a key it never saw).

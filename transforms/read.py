@@ -38,6 +38,8 @@ from transforms.shardfiles import changed_while_open, match_shards, not_a_shard,
 # Measured on the benchmark workload (docs/performance.md): 4,096 trajectories (about
 # 27,000 calls) cost no more time per call than 16,384 and half the memory; 1,024 cost more.
 DEFAULT_BATCH_ROWS = 4096
+# Bytes read at a time from each column chunk of a shard (docs/performance.md).
+READ_BUFFER_BYTES = 1 << 20
 
 
 def calls_in(batch: pa.RecordBatch) -> int:
@@ -93,7 +95,9 @@ class ReadShardFn(beam.DoFn):
 
     def _read_open(self, shard: Shard, handle, report: dict):
         path = shard.path
-        parquet = pq.ParquetFile(handle)
+        # Pages streamed through a small buffer: pre-buffering (pyarrow's default) holds a row group's
+        # every column chunk (a whole shard of the benchmark's, 36 MB) in each worker thread while it is read.
+        parquet = pq.ParquetFile(handle, pre_buffer=False, buffer_size=READ_BUFFER_BYTES)
         metadata = parquet.metadata
         report["rows_declared"], report["row_groups"] = metadata.num_rows, metadata.num_row_groups
         report["error"] = not_a_shard(parquet, path)
