@@ -29,7 +29,7 @@ _WORKER_FLAGS = ("--direct_num_workers", "--direct_running_mode")
 # Under this much input a local run keeps one in-memory worker: two worker
 # threads start a gRPC server and a worker each, and translate every stage
 # for both, which costs a small run more than a second core saves
-# (docs/performance.md, "Start-up").
+# (docs/performance.md, "One in-memory worker for a small input").
 SMALL_INPUT_BYTES = 16 * 2**20
 # Where worker threads run (pipeline.threaded_runner says why not on FnApiRunner's own).
 THREADED_RUNNER = "pipeline.threaded_runner.ThreadedRunner"
@@ -69,7 +69,8 @@ def fit_local_workers(options: PipelineOptions, input_bytes: int | None) -> None
     """Chooses the workers of a local run whose workers were left to it
     (with_local_parallelism): a thread per core, at most MAX_LOCAL_WORKERS,
     unless the input is known to be under SMALL_INPUT_BYTES: then the one
-    in-memory worker it has, whose start costs less than the threads save."""
+    in-memory worker it has, since the threads would cost more to start
+    than they save."""
     direct = options.view_as(DirectOptions)
     if options.view_as(StandardOptions).runner != THREADED_RUNNER or direct.direct_running_mode != "in_memory":
         return  # not on our runner, or the user chose
