@@ -13,7 +13,7 @@ import importlib
 
 from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
-from pipeline.options import UsageError, with_local_parallelism, with_our_runners
+from pipeline.options import JobOptions, UsageError, with_local_parallelism, with_our_runners
 
 # Beam modules that define runners' options outside pipeline_options (which
 # holds Dataflow's, Flink's, Spark's, Portable's, ...): imported so that
@@ -69,10 +69,10 @@ def check_flags(argv, other_flags=()) -> None:
     raise UsageError(f"unknown option {name}" + (f" (did you mean {nearest[0]}?)" if nearest else ""))
 
 
-def beam_options(argv, **values) -> PipelineOptions:
+def beam_options(argv, **values) -> JobOptions:
     """The options of a job from its flags (checked strictly, our runners'
     short names resolved, local parallelism chosen) and from `values` that a
     command sets itself (ScoreOptions' names: inputs, output, baseline, ...)."""
     argv = with_our_runners(list(argv))
     check_flags(argv)
-    return PipelineOptions(with_local_parallelism(argv), **values)
+    return JobOptions(with_local_parallelism(argv), **values)

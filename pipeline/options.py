@@ -46,6 +46,26 @@ def with_our_runners(argv: list) -> list:
     return [ours(a) if i and argv[i - 1] == "--runner" else a for i, a in enumerate(argv)]
 
 
+class JobOptions(PipelineOptions):
+    """A job's PipelineOptions, each view made once. Beam asks for a view
+    hundreds of times while it builds, checks and runs a job (each
+    `view_as` a new argparse parser over the flags): about half the CPU of
+    scoring the demo's 1,200 trajectories (docs/performance.md). Views
+    read and write the one shared dict of values, so one view per class
+    sees what any other sets. Adds no flags."""
+
+    def view_as(self, cls):
+        views = self.__dict__.setdefault("_views", {})
+        if cls not in views:
+            views[cls] = super().view_as(cls)
+        return views[cls]
+
+    def __getstate__(self):
+        state = dict(super().__getstate__())
+        state.pop("_views", None)  # made again where the options are unpickled
+        return state
+
+
 def with_local_parallelism(argv: list) -> list:
     """argv, with a local run's worker threads, ours or the user's, on
     THREADED_RUNNER. When the job runs on DirectRunner and the user chose
