@@ -142,16 +142,16 @@ class ScoreTrajectories(beam.PTransform):
         unscored = {layout.DUPLICATE: distinct[Tag.UNSCORED], layout.INCOMPLETE: checked[Tag.UNSCORED],
                     layout.UNRESOLVED: resolved[Tag.UNSCORED], layout.FAILED: failed}
         reports = read[Tag.SHARD_REPORTS]
-        # A tuple: Beam takes a list of PCollections for values to create.
-        statistics = (
-            classified[Tag.STATS],
-            resolved[Tag.VALIDITY],
-            distinct[Tag.STATS],
-            reports | "Count inputs" >> beam.Map(m.input_statistics),
-            classified[Tag.TRAJECTORIES] | "Harness verdicts" >> CompareWithHarness(read["harness_verdicts"]),
-            *(records | f"Count {name} unscored" >> beam.Map(unscored_statistics)
-              for name, records in unscored.items()),
-        ) | "Gather statistics" >> GatherStatistics(self._max_slice_keys, self._max_groups)
+        statistics = {
+            "calls": classified[Tag.STATS],
+            "validity": resolved[Tag.VALIDITY],
+            "duplicates": distinct[Tag.STATS],
+            "harness verdicts": classified[Tag.TRAJECTORIES]
+            | "Harness verdicts" >> CompareWithHarness(read["harness_verdicts"]),
+            "inputs": reports,
+            **{f"{name} unscored": records for name, records in unscored.items()},
+        } | "Gather statistics" >> GatherStatistics(self._max_slice_keys, self._max_groups, counts={
+            "inputs": m.input_statistics, **{f"{name} unscored": unscored_statistics for name in unscored}})
         policy_sha256 = self._policy.sha256 if self._policy is not None else None
         imported = {key: read[key] for key in ("import_reports", "unmapped") if key in read}
         return {
@@ -224,12 +224,12 @@ class ScoreUnderPolicies(beam.PTransform):
         # What every policy's metrics share: the inputs, and the rows set aside before any policy judged them.
         shared_unscored = {layout.DUPLICATE: distinct[Tag.UNSCORED], layout.INCOMPLETE: checked[Tag.UNSCORED],
                            layout.FAILED: _failed_rows(checked, resolved)}
-        shared = (
-            distinct[Tag.STATS],
-            read[Tag.SHARD_REPORTS] | "Count inputs" >> beam.Map(m.input_statistics),
-            *(records | f"Count {name} unscored" >> beam.Map(unscored_statistics)
-              for name, records in shared_unscored.items()),
-        ) | "Gather shared statistics" >> GatherStatistics(self._max_slice_keys, self._max_groups)
+        shared = {
+            "duplicates": distinct[Tag.STATS],
+            "inputs": read[Tag.SHARD_REPORTS],
+            **{f"{name} unscored": records for name, records in shared_unscored.items()},
+        } | "Gather shared statistics" >> GatherStatistics(self._max_slice_keys, self._max_groups, counts={
+            "inputs": m.input_statistics, **{f"{name} unscored": unscored_statistics for name in shared_unscored}})
         by_policy = {
             name: resolved[tag] | f"Split {name} by policy" >> beam.Partition(_ByPolicy(), n)
             for name, tag in (("resolved", "resolved"), ("validity", Tag.VALIDITY), ("unscored", Tag.UNSCORED))
@@ -242,14 +242,15 @@ class ScoreUnderPolicies(beam.PTransform):
                 return by_policy[name][i] | f"{label}: its {name}" >> beam.Map(lambda keyed: keyed[1])
 
             classified = unkeyed("resolved") | f"{label}: classification" >> Classify(self._mode, with_calls=False)
-            statistics = (
-                shared,
-                classified[Tag.STATS],
-                unkeyed("validity"),
-                unkeyed("unscored") | f"{label}: count unresolved" >> beam.Map(unscored_statistics),
-                classified[Tag.TRAJECTORIES]
+            statistics = {
+                "shared": shared,
+                "calls": classified[Tag.STATS],
+                "validity": unkeyed("validity"),
+                "unresolved unscored": unkeyed("unscored"),
+                "harness verdicts": classified[Tag.TRAJECTORIES]
                 | f"{label}: harness verdicts" >> CompareWithHarness(read["harness_verdicts"]),
-            ) | f"{label}: gather statistics" >> GatherStatistics(self._max_slice_keys, self._max_groups)
+            } | f"{label}: gather statistics" >> GatherStatistics(self._max_slice_keys, self._max_groups, counts={
+                "unresolved unscored": unscored_statistics})
             metrics.append(statistics | f"{label}: metrics" >> compute
                            | f"{label}: key metrics" >> beam.Map(lambda document, i=i: (i, document)))
         # Every candidate has a summary, flips or not (a combine emits nothing for a key it never saw).

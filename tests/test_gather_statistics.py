@@ -14,13 +14,18 @@ from transforms.metrics import FoldStatisticsFn, GatherStatistics, RunMetricsCom
 MAX_SLICE_KEYS, MAX_GROUPS = 5, 7
 
 
+# Shard reports, as the read stage leaves them: what GatherStatistics counts into statistics itself.
+REPORTS = [{"file": f"s{i}.parquet", "error": "corrupt" if i == 2 else None, "rows_declared": 3 + i, "rows_read": i}
+           for i in range(5)]
+
+
 def stages():
     """Per-batch statistics of three stages: more tools and groups than the bounds keep, spread unevenly."""
     tools = [f"tool-{i:03d}" for i in range(40)]
     return [
         [tool_batch(tools[i::9]) for i in range(9)],
         [agent_batch(range(i, 60, 4)) for i in range(4)],
-        [{m.INPUTS: {"files": 1, "unreadable_files": 0, "rows_declared": 3, "rows_read": 3}}] * 5,
+        [m.input_statistics(report) for report in REPORTS],
     ]
 
 
@@ -37,8 +42,11 @@ def test_the_metrics_of_folded_statistics_are_those_of_every_batch():
     expected = one_by_one(fn, [statistics for stage in stages() for statistics in stage])
     assert len(expected["groups"]) == MAX_GROUPS + 1  # the bounds fold: the test covers folding
     with TestPipeline(argv=RUNNER) as pipeline:
-        gathered = tuple(pipeline | f"Stage {i}" >> beam.Create(stage) for i, stage in enumerate(stages()))
-        metrics = (gathered | GatherStatistics(MAX_SLICE_KEYS, MAX_GROUPS)
+        tools, agents, _ = stages()
+        gathered = {"tools": pipeline | "Tools" >> beam.Create(tools),
+                    "agents": pipeline | "Agents" >> beam.Create(agents),
+                    "inputs": pipeline | "Reports" >> beam.Create(REPORTS)}
+        metrics = (gathered | GatherStatistics(MAX_SLICE_KEYS, MAX_GROUPS, counts={"inputs": m.input_statistics})
                    | beam.CombineGlobally(fn))
         assert_that(metrics, equal_to([expected]))
 
@@ -58,3 +66,13 @@ def test_a_bundle_leaves_one_sum_of_its_statistics(stage):
     # The next bundle starts from nothing; an empty one leaves nothing.
     fold.start_bundle()
     assert list(fold.finish_bundle()) == []
+
+
+def test_a_bundle_counts_what_it_folds():
+    """With `count`, the elements are shard reports: their sum is that of their statistics."""
+    fold = FoldStatisticsFn(MAX_SLICE_KEYS, MAX_GROUPS, count=m.input_statistics)
+    fold.start_bundle()
+    for report in REPORTS:
+        fold.process(report)
+    (folded,) = list(fold.finish_bundle())
+    assert folded.value == {m.INPUTS: {"files": 5, "unreadable_files": 1, "rows_declared": 25, "rows_read": 10}}

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
@@ -54,21 +55,24 @@ class RunMetricsCombineFn(beam.CombineFn):
                                   self._max_groups, self._max_k)
 
 
-@beam.typehints.with_input_types(dict)
 @beam.typehints.with_output_types(dict)
 class FoldStatisticsFn(beam.DoFn):
     """Per-batch statistics -> one statistics dict per bundle, their sum
     (RunMetricsCombineFn's accumulator, which has their form), kept as
-    bounded as it keeps it."""
+    bounded as it keeps it. With `count`, the elements are what it turns
+    into statistics (a shard report, an UNSCORED table)."""
 
-    def __init__(self, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS, max_groups: int = m.DEFAULT_MAX_GROUPS):
+    def __init__(self, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS, max_groups: int = m.DEFAULT_MAX_GROUPS,
+                 count: Callable[[Any], dict] | None = None):
         self._max_slice_keys = max_slice_keys
         self._max_groups = max_groups
+        self._count = count
 
     def start_bundle(self):
         self._folded: dict | None = None
 
-    def process(self, statistics: dict) -> None:
+    def process(self, element) -> None:
+        statistics = self._count(element) if self._count is not None else element
         self._folded = m.add_statistics(self._folded if self._folded is not None else {}, statistics,
                                         self._max_slice_keys, self._max_groups)
 
@@ -79,8 +83,12 @@ class FoldStatisticsFn(beam.DoFn):
 
 
 class GatherStatistics(beam.PTransform):
-    """A tuple of several stages' per-batch statistics -> one PCollection, each stage's
-    folded per bundle (FoldStatisticsFn) before they meet.
+    """Several stages' per-batch statistics, a dict of PCollections by name
+    -> one PCollection, each stage's folded per bundle (FoldStatisticsFn)
+    before they meet. `counts` names the stages whose elements are counted
+    into statistics (name -> the function that counts one), in the same
+    step that folds them: a step of its own costs every run Beam's work of
+    building and translating it (docs/performance.md).
 
     Where they meet is a Flatten, which a runner may materialize
     (FnApiRunner always does): unfolded, every batch's statistics would wait
@@ -90,15 +98,18 @@ class GatherStatistics(beam.PTransform):
     same: the combine adds the folded dicts as it adds a batch's.
     """
 
-    def __init__(self, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS, max_groups: int = m.DEFAULT_MAX_GROUPS):
+    def __init__(self, max_slice_keys: int = m.DEFAULT_MAX_SLICE_KEYS, max_groups: int = m.DEFAULT_MAX_GROUPS,
+                 counts: dict[str, Callable[[Any], dict]] | None = None):
         super().__init__()
         self._max_slice_keys = max_slice_keys
         self._max_groups = max_groups
+        self._counts = counts or {}
 
-    def expand(self, statistics) -> beam.PCollection[dict]:
+    def expand(self, statistics: dict[str, beam.PCollection]) -> beam.PCollection[dict]:
         return [
-            each | f"Fold statistics {i}" >> beam.ParDo(FoldStatisticsFn(self._max_slice_keys, self._max_groups))
-            for i, each in enumerate(statistics)
+            each | f"{'Count' if name in self._counts else 'Fold'} {name}"
+            >> beam.ParDo(FoldStatisticsFn(self._max_slice_keys, self._max_groups, self._counts.get(name)))
+            for name, each in statistics.items()
         ] | "Flatten" >> beam.Flatten()
 
 

@@ -224,9 +224,6 @@ def _delete_folder(folder: str) -> None:
     delete_exactly(objects_under(folder))
 
 
-# What the finishing step collects: shard reports, written files, the metrics and evidence
-# documents, and the import's reports of a run that imports its logs.
-_READ, _WRITTEN, _METRICS, _EVIDENCE, _IMPORTED = "read", "written", "metrics", "evidence", "imported"
 UNMAPPED_FILES = FileSet(UNMAPPED_DIR, "part", UNMAPPED)
 
 
@@ -263,40 +260,26 @@ class WriteOutputs(beam.PTransform):
             tables[UNMAPPED_FILES] = outputs["unmapped"]
         file_sets = list(tables)
 
-        def finish(entries) -> None:
-            by_kind = {kind: [value for k, value in entries if k == kind]
-                       for kind in (_READ, _WRITTEN, _METRICS, _EVIDENCE, _IMPORTED)}
-            committed = commit_files(by_kind[_WRITTEN], file_sets, output, temp_dir)
-            (metrics,) = by_kind[_METRICS]
+        def finish(metrics: dict, reports: list, written: list, evidence=(), import_reports=()) -> None:
+            committed = commit_files(written, file_sets, output, temp_dir)
             committed.append(write_whole(output, METRICS_FILE, to_json(metrics).encode("utf-8")))
-            for evidence in by_kind[_EVIDENCE]:
-                committed.append(write_whole(output, EVIDENCE_FILE, to_json(evidence).encode("utf-8")))
+            for document in evidence:
+                committed.append(write_whole(output, EVIDENCE_FILE, to_json(document).encode("utf-8")))
             imported = None
             if import_header is not None:
-                imported = import_manifest.manifest_document(by_kind[_IMPORTED], import_header)
+                imported = import_manifest.manifest_document(import_reports, import_header)
                 del imported["outputs"]  # its unmapped/ files are the run's outputs
-            manifest = manifest_document(by_kind[_READ], header, committed, imported)
+            manifest = manifest_document(reports, header, committed, imported)
             write_whole(output, MANIFEST_FILE, to_json(manifest).encode("utf-8"))
 
-        # One finishing step for files, metrics and manifest: each global
-        # combine costs the runner several stages.
         written = [
-            records
-            | f"Write {files.key}" >> beam.ParDo(WriteBundleFn(files, temp_dir))
-            | f"Tag {files.key} files" >> beam.Map(lambda file: (_WRITTEN, file))
+            records | f"Write {files.key}" >> beam.ParDo(WriteBundleFn(files, temp_dir))
             for files, records in tables.items()
-        ]
-        reports = outputs["shard_reports"] | "Tag shard reports" >> beam.Map(lambda report: (_READ, report))
-        documents = [outputs["metrics"] | "Tag metrics" >> beam.Map(lambda document: (_METRICS, document))]
-        if "evidence" in outputs:
-            documents.append(outputs["evidence"] | "Tag evidence" >> beam.Map(lambda document: (_EVIDENCE, document)))
-        if import_header is not None:
-            documents.append(outputs["import_reports"]
-                             | "Tag import reports" >> beam.Map(lambda report: (_IMPORTED, report)))
-        return (
-            [reports, *documents, *written]
-            | "Gather files" >> beam.Flatten()
-            # Never empty: the metrics document is always there.
-            | "List files" >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()
-            | "Commit files, write metrics.json and manifest.json" >> beam.Map(finish)
-        )
+        ] | "Gather files" >> beam.Flatten()
+        # One finishing step for files, metrics and manifest, once everything else is done: the metrics
+        # document (always one) goes in, what it waits for as side inputs. A step costs every run Beam's
+        # work of building and translating it (docs/performance.md).
+        waits_for = {"reports": outputs["shard_reports"], "written": written}
+        waits_for |= {key: outputs[key] for key in ("evidence", "import_reports") if key in outputs}
+        return outputs["metrics"] | "Commit files, write metrics.json and manifest.json" >> beam.Map(
+            finish, **{name: beam.pvalue.AsList(each) for name, each in waits_for.items()})
