@@ -217,6 +217,11 @@ class ClassifyFn(beam.DoFn):
         self._with_calls = with_calls
         self._trajectories = Metrics.counter(NAMESPACE, "trajectories_scored")
         self._calls = Metrics.counter(NAMESPACE, "calls_scored")
+        self._evidence_kept: dict = {}
+
+    def start_bundle(self):
+        # The evidence cases shown so far, per bundle: a retried bundle's outputs are dropped with it.
+        self._evidence_kept = {}
 
     def process(self, resolved: Resolved) -> Iterator[pa.Table | beam.pvalue.TaggedOutput]:
         trajectories, calls = resolved.trajectories, resolved.calls
@@ -259,7 +264,8 @@ class ClassifyFn(beam.DoFn):
         deciding = {"over_penalized": proposal_deny, "under_penalized": misuse_call,
                     "execution_hallucination": misuse_call}
         if any(counters[kind].any() for kind in deciding):
-            yield beam.pvalue.TaggedOutput(Tag.EVIDENCE, batch_evidence(resolved, counters, deciding, codes, names))
+            evidence = batch_evidence(resolved, counters, deciding, codes, names, self._evidence_kept)
+            yield beam.pvalue.TaggedOutput(Tag.EVIDENCE, evidence)
 
         take = lambda name: pc.take(trajectories[name], owner)  # noqa: E731
         # Encoded once per trajectory, so repeating them per call moves indices.

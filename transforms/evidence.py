@@ -88,11 +88,15 @@ def _deciding_call(call: dict, scored: dict) -> dict:
     }
 
 
-def batch_evidence(resolved, flags: dict, deciding: dict, codes: np.ndarray, names) -> dict:
+def batch_evidence(resolved, flags: dict, deciding: dict, codes: np.ndarray, names, kept: dict) -> dict:
     """{(run_id, agent, kind): {"count", "cases"}} of one batch of scored trajectories.
 
     `flags[kind]` marks the trajectories of each kind, `deciding[kind]` the
     calls that can decide it; each call's category is names[codes[call]].
+    `kept` holds, per (run_id, agent, kind), the keys (case_key) of the first
+    MAX_CASES cases shown so far in this bundle, and is updated: a case after
+    them cannot be among the first over all batches (a bundle's outputs reach
+    EvidenceCombineFn together, or none do), so it is counted, not described.
     """
     trajectories, calls = resolved.trajectories, resolved.calls
     owner = calls["trajectory"].to_numpy()
@@ -112,13 +116,18 @@ def batch_evidence(resolved, flags: dict, deciding: dict, codes: np.ndarray, nam
                 zip(take("trajectory_id"), take(s.SOURCE_FILE), take(s.SOURCE_ROW), rows.tolist())):
             entry = evidence.setdefault((*keys[group[row]], kind), {"count": 0, "cases": []})
             entry["count"] += 1
-            if len(entry["cases"]) < MAX_CASES:
+            earlier = kept.get((*keys[group[row]], kind), ())
+            if len(entry["cases"]) < MAX_CASES and (len(earlier) < MAX_CASES
+                                                    or (trajectory_id, source_file, source_row) < earlier[-1]):
                 case = {"trajectory_id": trajectory_id, "source_file": source_file, "source_row": source_row,
                         "run_id": _cut(keys[group[row]][0]), "agent": _cut(keys[group[row]][1])}
                 entry["cases"].append(case)
                 shown.append((case, row, int(first[row])))
     if shown:
         _describe(resolved, shown, codes, names)
+    for key, entry in evidence.items():
+        if entry["cases"]:
+            kept[key] = sorted([*kept.get(key, ()), *map(case_key, entry["cases"])])[:MAX_CASES]
     return evidence
 
 
