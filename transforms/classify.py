@@ -103,7 +103,9 @@ def batch_statistics(resolved: Resolved, codes: np.ndarray, names, misuse_call: 
     # Tool slices: per (trajectory, tool) first, for the cluster sums.
     tool, tool_names = encode(calls["tool"])
     tools = len(tool_names)
-    cell, per_cell = np.unique(owner * tools + tool, return_inverse=True)
+    # Hashed, not sorted (np.unique): the cells' order does not matter to the sums.
+    cells = pc.dictionary_encode(pa.array(owner * tools + tool))
+    cell, per_cell = cells.dictionary.to_numpy(), cells.indices.to_numpy()
     n_i = np.bincount(per_cell, minlength=len(cell))
     y_i = np.bincount(per_cell, weights=misuse_call, minlength=len(cell))
     slot = group[cell // tools] * tools + cell % tools
@@ -125,27 +127,40 @@ def batch_statistics(resolved: Resolved, codes: np.ndarray, names, misuse_call: 
         width_v = len(labels)
         totals = {name: np.bincount(group * width_v + values, weights=w, minlength=groups * width_v)
                   for name, w in verdicts.items()}
-        for g, k, counts in _named_cells(totals, width_v):
-            label, slices = labels[k] or m.NO_TASK, into(g)[field]
-            if label in slices:  # null and "" share m.NO_TASK with a task of that name
-                m.merge(slices[label], counts)
+        # A group's cells are consecutive: its slices are added at once (a batch holds about a
+        # thousand tasks), one by one only where null and "" share m.NO_TASK with a task of that name.
+        cells = np.flatnonzero(totals["trajectories"])
+        counted = [totals[name][cells].astype(np.int64).tolist() for name in verdicts]
+        cell_counts = [dict(zip(verdicts, counts)) for counts in zip(*counted)]
+        cell_labels = [labels[k] for k in (cells % width_v).tolist()]
+        ends = np.searchsorted(cells, np.arange(1, groups + 1) * width_v).tolist()
+        for g, start, end in zip(range(groups), [0, *ends], ends):
+            if start == end:
+                continue
+            named, counts = cell_labels[start:end], cell_counts[start:end]
+            slices = into(g)[field]
+            if all(named) and m.NO_TASK not in named:
+                slices.update(zip(named, counts))
             else:
-                slices[label] = counts
+                for label, these in zip(named, counts):
+                    if (label or m.NO_TASK) in slices:
+                        m.merge(slices[label or m.NO_TASK], these)
+                    else:
+                        slices[label or m.NO_TASK] = these
             if field == "tasks":
-                _add_attempts(into(g), labels[k], counts)
+                _add_attempts(into(g), named, [column[start:end] for column in counted])
     return stats
 
 
-def _add_attempts(stats: dict, task: str | None, counts: dict) -> None:
-    """A task's scored trajectories in a batch, for misuse@k; none without a task_id."""
-    if not task:
-        stats["counts"]["no_task_id"] += counts["trajectories"]
-        return
+def _add_attempts(stats: dict, tasks: list, counts: list) -> None:
+    """A group's tasks' scored trajectories in a batch (`counts`: trajectories, misuse and legacy
+    misuse, a list per task), for misuse@k; none without a task_id."""
     attempts = stats["attempts"]
-    for name in ("scored", "misuse", "legacy_misuse"):
-        n = counts["trajectories" if name == "scored" else name]
-        if n:
-            attempts.setdefault(name, {})[task] = n
+    for name, column in zip(("scored", "misuse", "legacy_misuse"), counts):
+        found = [(task, n) for task, n in zip(tasks, column) if n and task]
+        if found:
+            attempts.setdefault(name, {}).update(found)
+    stats["counts"]["no_task_id"] += sum(n for task, n in zip(tasks, counts[0]) if not task)
 
 
 def misuse_deciders(calls: pa.Table, mode: str) -> pa.Array:
