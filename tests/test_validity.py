@@ -127,5 +127,6 @@ def test_the_pipeline_compares_json_as_the_reference_does(monkeypatch, pairs_per
                      np.arange(n), n)
     nobody = {"proposal": np.zeros(n, bool), "commit": np.zeros(n, bool)}
     with jsontext.implementation(compiled):
-        judged = resolve.judge(flat, [], nobody, np.ones(n, bool))
+        same = np.array([left == right for left, right, _ in pairs])
+        judged = resolve.judge(flat, [], nobody, np.ones(n, bool), same)
     assert judged.same_arguments.tolist() == [pair[2] for pair in pairs]

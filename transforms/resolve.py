@@ -28,15 +28,14 @@ from transforms.records import unscored_table
 from transforms.validity import audit_masks, validity_statistics
 
 
-def json_object(array: pa.Array, known: pa.Array | None = None, known_ok: np.ndarray | None = None) -> np.ndarray:
+def json_object(array: pa.Array, same: np.ndarray | None = None, known_ok: np.ndarray | None = None) -> np.ndarray:
     """Which texts are JSON objects, exactly as litmus_score.scoring.rules.parse_json_object says.
 
-    Where `array` equals `known` byte for byte, `known_ok` already says
-    (resolved arguments usually repeat the arguments).
+    Where `same` says a text equals a known one byte for byte, `known_ok`
+    already says (resolved arguments usually repeat the arguments).
     """
-    if known is None:
+    if same is None:
         return jsontext.json_objects(array)
-    same = equals(pc.equal(array, known), True)
     ok = known_ok & same
     other = np.flatnonzero(~same)
     if len(other):
@@ -61,10 +60,11 @@ class Judged:
     same_arguments: np.ndarray
 
 
-def judge(flat: FlatCalls, policies: list, asked: dict, comparable: np.ndarray) -> Judged:
+def judge(flat: FlatCalls, policies: list, asked: dict, comparable: np.ndarray, same_texts: np.ndarray) -> Judged:
     """Each policy's rulings (`asked[context]`: the calls to put to it) and
-    the JSON comparison of the `comparable` pairs; the texts are read once
-    for all the policies.
+    the JSON comparison of the `comparable` pairs (`same_texts`: where the two
+    contexts' texts are equal byte for byte); the texts are read once for
+    all the policies.
 
     The commit context's ruling is the proposal's where its text and
     principal are byte for byte the proposal's (the policy sees the same call).
@@ -73,7 +73,7 @@ def judge(flat: FlatCalls, policies: list, asked: dict, comparable: np.ndarray) 
     text is parsed once, and the parsed objects are shared.
     """
     left, right = flat.field("proposal.resolved_arguments"), flat.field("commit.resolved_arguments")
-    same = equals(pc.equal(left, right), True)
+    same = same_texts.copy()
     differ = comparable & ~same
     rulings = [{context: np.zeros(len(left), np.int32) for context in asked} for _ in policies]
     need = {context: np.zeros(len(left), bool) for context in asked}
@@ -211,16 +211,17 @@ def resolve_calls_under(flat: FlatCalls, mode: str, policies: list, considered: 
     realization) is worked out once for all of them."""
     arguments, proposal_arguments = flat.field("arguments"), flat.field("proposal.resolved_arguments")
     arguments_ok = json_object(arguments)
-    proposal_ok = json_object(proposal_arguments, arguments, arguments_ok)
+    proposal_ok = json_object(proposal_arguments, equals(pc.equal(proposal_arguments, arguments), True), arguments_ok)
     commit_arguments = flat.field("commit.resolved_arguments")
-    commit_ok = json_object(commit_arguments, proposal_arguments, proposal_ok)
+    same_texts = equals(pc.equal(commit_arguments, proposal_arguments), True)
+    commit_ok = json_object(commit_arguments, same_texts, proposal_ok)
     has_commit = ~is_null(flat.field("commit"))
     # The validity audit (litmus_score.scoring.validity) reads both contexts in every mode.
     comparable = considered & has_commit & proposal_ok & commit_ok
     audited = comparable & arguments_ok
     asked = {"proposal": proposal_ok & considered, "commit": commit_ok & considered & has_commit}
     # same_arguments is meaningful where comparable; strict mode reads it too.
-    judged = judge(flat, policies, asked, comparable)
+    judged = judge(flat, policies, asked, comparable, same_texts)
     realized = _realized(flat)
     shared = _Shared(arguments_ok, proposal_ok, commit_ok, has_commit, audited, judged.same_arguments, realized)
     if not policies:
