@@ -267,8 +267,9 @@ def conform_batch(batch: pa.RecordBatch, source: str, first_row: int | Sequence[
                 issues.append(str(error))
         columns.append(column)
         fields.append(f)
-    columns.append(pa.array([source] * batch.num_rows, pa.string()))
-    rows = range(first_row, first_row + batch.num_rows) if isinstance(first_row, int) else first_row
+    # Made in Arrow and numpy, not from Python objects (a millisecond a batch).
+    columns.append(pa.repeat(pa.scalar(source, pa.string()), batch.num_rows))
+    rows = np.arange(first_row, first_row + batch.num_rows) if isinstance(first_row, int) else first_row
     columns.append(pa.array(rows, pa.int64()))
     columns.append(_flag_column(flags, c.INVALID_TEXT, batch.num_rows))
     columns.append(_flag_column(flags, c.TOO_LARGE, batch.num_rows))
