@@ -1,16 +1,22 @@
 """What a batch's stages allocate is freed when they are done with it, not by
 the garbage collector: a reference cycle would keep a batch's columns, tens of
-MiB, until a collection, which may come many batches later (docs/performance.md)."""
+MiB, until a collection, which may come many batches later; and they do not
+copy it where a slice will do (docs/performance.md)."""
 
 import gc
 from contextlib import contextmanager
 
+import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pytest
 
+from litmus_score.scoring import contract as c
+from tests import builders as b
+from tests.strategies import SMALL_BOUNDS
 from transforms import jsontext
-from transforms.conform import failing
+from transforms.completeness import CheckCompletenessFn
+from transforms.conform import conform_batch, failing
 from transforms.policy import ArgumentTexts
 
 
@@ -49,3 +55,18 @@ def test_argument_texts_leave_no_cycle():
         assert columns[("b",)][0].value(2) == [1]
         del arguments, columns
 
+
+def test_rows_between_too_large_ones_go_on_as_slices_of_the_batch():
+    over = [b.call(f"c{i}", i) for i in range(SMALL_BOUNDS.max_calls_per_trajectory + 1)]
+    rows = [b.trajectory("t0", [b.call()]), b.trajectory("t1", over), b.trajectory("t2", [b.call()]),
+            b.trajectory("t3", [b.call()], episode_outcome=c.TRUNCATED_OUTCOME), b.trajectory("t4", over),
+            b.trajectory("t5", over), b.trajectory("t6", [b.call()])]
+    batch, _ = conform_batch(b.table(rows).combine_chunks().to_batches()[0], "memory", 0)
+    outputs = list(CheckCompletenessFn(SMALL_BOUNDS).process(batch))
+    checked = [out for out in outputs if not isinstance(out, beam.pvalue.TaggedOutput)]
+    assert [(item.batch.column("trajectory_id").to_pylist(), item.complete.tolist()) for item in checked] == [
+        (["t0"], [True]), (["t2", "t3"], [True, False]), (["t6"], [True])]
+    # Slices share the batch's buffers: nothing is copied.
+    texts = batch.column("calls").flatten().field("arguments").buffers()[2].address
+    assert all(item.batch.column("calls").flatten().field("arguments").buffers()[2].address == texts
+               for item in checked)
