@@ -122,6 +122,12 @@ def _detail(i: int, reasons: dict, missing: dict, large: dict, batch: pa.RecordB
     return "; ".join(parts)
 
 
+def _runs(mask: np.ndarray) -> list:
+    """(start, stop) of each run of True in `mask`."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([False], mask, [False])).astype(np.int8)))
+    return list(zip(edges[::2].tolist(), edges[1::2].tolist()))
+
+
 class CheckCompletenessFn(beam.DoFn):
     def __init__(self, bounds: Bounds = DEFAULT_BOUNDS):
         self._bounds = bounds
@@ -130,11 +136,11 @@ class CheckCompletenessFn(beam.DoFn):
     def process(self, batch: pa.RecordBatch):
         reasons, missing, large = completeness_reasons(batch, self._bounds)
         incomplete = np.logical_or.reduce(list(reasons.values()))
-        if not incomplete.all():
-            # Too large rows go no further: resolution scans every text of the batch.
-            keep = ~reasons[c.TOO_LARGE]
-            yield (Checked(batch, ~incomplete) if keep.all()
-                   else Checked(batch.filter(pa.array(keep)), ~incomplete[keep]))
+        # Too large rows go no further (resolution scans every text of the batch); the
+        # rows between them go on as slices of the batch, not as a copy of it.
+        for start, stop in _runs(~reasons[c.TOO_LARGE]):
+            if not incomplete[start:stop].all():
+                yield Checked(batch.slice(start, stop - start), ~incomplete[start:stop])
         if not incomplete.any():
             return
         rows = np.flatnonzero(incomplete)

@@ -45,13 +45,16 @@ def failing(array: pa.Array, attempt) -> np.ndarray:
     attempts, and a clean array costs one.
     """
     bad = np.zeros(len(array), bool)
-
-    def visit(start: int, length: int) -> None:
+    # A stack, not a recursive closure: that would hold itself, and `array`, in
+    # a cycle, which keeps the batch's column until the garbage collector runs.
+    pending = [(0, len(array))]
+    while pending:
+        start, length = pending.pop()
         if length == 0:
-            return
+            continue
         try:
             attempt(array.slice(start, length))
-            return
+            continue
         except _CAST_FAILED:
             pass
         if length <= _BISECT_LEAF:
@@ -60,12 +63,9 @@ def failing(array: pa.Array, attempt) -> np.ndarray:
                     attempt(array.slice(i, 1))
                 except _CAST_FAILED:
                     bad[i] = True
-            return
+            continue
         half = length // 2
-        visit(start, half)
-        visit(start + half, length - half)
-
-    visit(0, len(array))
+        pending += [(start + half, length - half), (start, half)]
     return bad
 
 

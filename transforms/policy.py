@@ -220,13 +220,18 @@ class ArgumentTexts:
             for i, path in enumerate(paths):
                 self._columns[keys[path]] = (Values(found["kinds"][i], found["numbers"][i], found["truth"][i],
                                                     found["inexact"][i], found["strings"][i],
-                                                    functools.partial(self._value, path)), every)
+                                                    functools.partial(_value, self._texts, self._rows,
+                                                                      self._parsed, path)), every)
         return {path: self._columns[key] for path, key in keys.items()}
 
-    def _value(self, path: tuple, i: int):
-        if i not in self._parsed:
-            self._parsed[i] = parse_json_object(self._texts[int(self._rows[i])].as_py())
-        return resolve_path(self._parsed[i], path)
+
+def _value(texts: pa.Array, rows: np.ndarray, parsed: dict, path: tuple, i: int):
+    """The value at `path` in the text of call `i`, parsed once (into `parsed`).
+    Not a method of ArgumentTexts: its columns would hold it in a cycle, which
+    only the garbage collector frees, and a batch's columns would outlive it."""
+    if i not in parsed:
+        parsed[i] = parse_json_object(texts[int(rows[i])].as_py())
+    return resolve_path(parsed[i], path)
 
 
 class View:
