@@ -143,10 +143,11 @@ def batch_statistics(resolved: Resolved, codes: np.ndarray, names, misuse_call: 
                 slices.update(zip(named, counts))
             else:
                 for label, these in zip(named, counts):
-                    if (label or m.NO_TASK) in slices:
-                        m.merge(slices[label or m.NO_TASK], these)
+                    key = label or m.NO_TASK
+                    if key in slices:
+                        m.merge(slices[key], these)
                     else:
-                        slices[label or m.NO_TASK] = these
+                        slices[key] = these
             if field == "tasks":
                 _add_attempts(into(g), named, [column[start:end] for column in counted])
     return stats
