@@ -49,8 +49,8 @@ def with_our_runners(argv: list) -> list:
 class JobOptions(PipelineOptions):
     """A job's PipelineOptions, each view made once. Beam asks for a view
     hundreds of times while it builds, checks and runs a job (each
-    `view_as` a new argparse parser over the flags): about half the CPU of
-    scoring the demo's 1,200 trajectories (docs/performance.md). Views
+    `view_as` a new argparse parser over the flags): about an eighth of the
+    CPU of scoring the demo's 1,200 trajectories (docs/performance.md). Views
     read and write the one shared dict of values, so one view per class
     sees what any other sets. Adds no flags."""
 
