@@ -142,16 +142,15 @@ class ScoreTrajectories(beam.PTransform):
         unscored = {layout.DUPLICATE: distinct[Tag.UNSCORED], layout.INCOMPLETE: checked[Tag.UNSCORED],
                     layout.UNRESOLVED: resolved[Tag.UNSCORED], layout.FAILED: failed}
         reports = read[Tag.SHARD_REPORTS]
+        counted, counts = _counted(reports, unscored)
         statistics = {
             "calls": classified[Tag.STATS],
             "validity": resolved[Tag.VALIDITY],
             "duplicates": distinct[Tag.STATS],
             "harness verdicts": classified[Tag.TRAJECTORIES]
             | "Harness verdicts" >> CompareWithHarness(read["harness_verdicts"]),
-            "inputs": reports,
-            **{f"{name} unscored": records for name, records in unscored.items()},
-        } | "Gather statistics" >> GatherStatistics(self._max_slice_keys, self._max_groups, counts={
-            "inputs": m.input_statistics, **{f"{name} unscored": unscored_statistics for name in unscored}})
+            **counted,
+        } | "Gather statistics" >> GatherStatistics(self._max_slice_keys, self._max_groups, counts)
         policy_sha256 = self._policy.sha256 if self._policy is not None else None
         imported = {key: read[key] for key in ("import_reports", "unmapped") if key in read}
         return {
@@ -174,6 +173,13 @@ def _read_and_check(pbegin: beam.pvalue.PBegin, inputs, bounds: Bounds) -> tuple
     # exception handling is only the safety net for bugs.
     checked = distinct.batches | "Completeness" >> CheckCompleteness(bounds)
     return read, distinct, checked
+
+
+def _counted(reports: beam.PCollection, unscored: dict) -> tuple[dict, dict]:
+    """The shard reports and each kind of UNSCORED tables by name, for
+    GatherStatistics, and how it counts each into statistics."""
+    named = {"inputs": reports, **{f"{name} unscored": records for name, records in unscored.items()}}
+    return named, {name: m.input_statistics if name == "inputs" else unscored_statistics for name in named}
 
 
 def _failed_rows(checked, resolved) -> beam.PCollection:
@@ -224,12 +230,9 @@ class ScoreUnderPolicies(beam.PTransform):
         # What every policy's metrics share: the inputs, and the rows set aside before any policy judged them.
         shared_unscored = {layout.DUPLICATE: distinct[Tag.UNSCORED], layout.INCOMPLETE: checked[Tag.UNSCORED],
                            layout.FAILED: _failed_rows(checked, resolved)}
-        shared = {
-            "duplicates": distinct[Tag.STATS],
-            "inputs": read[Tag.SHARD_REPORTS],
-            **{f"{name} unscored": records for name, records in shared_unscored.items()},
-        } | "Gather shared statistics" >> GatherStatistics(self._max_slice_keys, self._max_groups, counts={
-            "inputs": m.input_statistics, **{f"{name} unscored": unscored_statistics for name in shared_unscored}})
+        counted, counts = _counted(read[Tag.SHARD_REPORTS], shared_unscored)
+        shared = {"duplicates": distinct[Tag.STATS], **counted} | "Gather shared statistics" >> GatherStatistics(
+            self._max_slice_keys, self._max_groups, counts)
         by_policy = {
             name: resolved[tag] | f"Split {name} by policy" >> beam.Partition(_ByPolicy(), n)
             for name, tag in (("resolved", "resolved"), ("validity", Tag.VALIDITY), ("unscored", Tag.UNSCORED))
