@@ -6,7 +6,7 @@ scores the same shards again, one shard at a time in each of N threads, and
 gives the wall and CPU time of both ways: how far the stages themselves let
 worker threads run side by side (what the GIL leaves), Beam apart.
 
-    python benchmarks/stages.py SHARD.parquet [...] [--batch_rows 4096] [--adjudication commit] [--policy FILE]
+    python benchmarks/stages.py SHARD.parquet [...] [--batch_rows 3072] [--adjudication commit] [--policy FILE]
         [--threads 2]
 """
 
