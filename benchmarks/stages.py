@@ -62,7 +62,7 @@ def score_shard(path: str, stages: tuple, folder: str, timed=timed) -> int:
                 for files, written in tables.items():
                     writer = WriteBundleFn(files, folder)
                     writer.start_bundle()
-                    timed(f"writing {files.folder}/", (writer.process(table) for table in written))
+                    timed(f"writing {files.folder}/", (out for table in written for out in writer.process(table)))
                     timed(f"writing {files.folder}/", writer.finish_bundle())
     return calls
 

@@ -7,10 +7,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that
 
 from tests.conftest import load_json
 from transforms import schema as s
-from transforms.write import TEMP_PREFIX, FileSet, WriteOutputs, commit_files
+from transforms.write import TEMP_PREFIX, FileSet, WriteBundleFn, WriteOutputs, commit_files
 
 SCORED = FileSet("scored", "part", s.SCORED)
 FAILED = FileSet("unscored", "failed", s.UNSCORED)
@@ -92,3 +93,19 @@ def test_write_outputs_end_to_end_with_two_workers(tmp_path):
     assert sum(e["rows"] for e in manifest["outputs"] if e["path"].startswith("scored/")) == 24
     # Written whole: no temporary name is left.
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_a_bundle_starts_a_new_file_after_its_row_groups_per_file(tmp_path):
+    # A writer keeps each row group's metadata until it closes: a long bundle's files are closed as it goes.
+    def files_hold_every_row(entries):
+        assert len(entries) >= 3  # five tables, at most two to a file
+        for key, entry in entries:
+            metadata = pq.ParquetFile(entry["path"]).metadata
+            assert key == SCORED.key and metadata.num_row_groups <= 2 and entry["rows"] == metadata.num_rows
+        rows = pa.concat_tables(pq.read_table(entry["path"]) for _, entry in entries)["source_row"].to_pylist()
+        assert sorted(rows) == list(range(15))
+
+    with TestPipeline(runner="FnApiRunner") as p:
+        tables = p | beam.Create([scored_rows(i * 3, 3) for i in range(5)])
+        entries = tables | beam.ParDo(WriteBundleFn(SCORED, str(tmp_path), row_groups_per_file=2))
+        assert_that(entries, files_hold_every_row)

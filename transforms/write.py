@@ -11,7 +11,8 @@
                             no trajectory (the manifest's `import` counts it)
 
 Parquet files are committed the way Beam's file sinks commit them, in fewer
-stages: each bundle writes one file into a temporary folder, and one final
+stages: each bundle writes its files (a new one every `ROW_GROUPS_PER_FILE`
+row groups) into a temporary folder, and one final
 step renames the files whose bundles committed (a runner passes on only the
 output of bundles that succeeded), deletes the folder with any files of
 failed attempts, and writes the manifest. Every kind of file exists at least
@@ -133,41 +134,56 @@ def _write_empty(path: str, files: FileSet) -> DigestingFile:
     return digesting
 
 
+# A Parquet writer keeps every row group's metadata until it closes (about 24 KB a row group
+# of scored/, one a table written): a bundle as long as a whole run's input would hold memory
+# in proportion to it. 128 row groups of scored/ are about 2.7M calls, 35 MB.
+ROW_GROUPS_PER_FILE = 128
+
+
 @beam.typehints.with_input_types(pa.Table)
 @beam.typehints.with_output_types(tuple[str, dict])
 class WriteBundleFn(beam.DoFn):
-    """pa.Tables -> one temporary Parquet file per bundle; emits (file set key,
-    entry): the temporary path with the file's rows, bytes and sha256."""
+    """pa.Tables -> temporary Parquet files, one per bundle and per
+    `row_groups_per_file` tables; emits (file set key, entry) per file: the
+    temporary path with the file's rows, bytes and sha256."""
 
-    def __init__(self, files: FileSet, temp_dir: str):
+    def __init__(self, files: FileSet, temp_dir: str, row_groups_per_file: int = ROW_GROUPS_PER_FILE):
         self._files = files
         self._temp_dir = temp_dir
+        self._row_groups_per_file = row_groups_per_file
 
     def start_bundle(self):
-        # Path, file and writer are opened together, at the bundle's first table.
+        # Path, file and writer are opened together, at a file's first table.
         self._path: str | None = None
         self._file: DigestingFile | None = None
         self._writer: pq.ParquetWriter | None = None
-        self._rows = 0
 
-    def process(self, table: pa.Table) -> None:
+    def process(self, table: pa.Table) -> Iterator[tuple[str, dict]]:
         if self._writer is None:
             # A fresh name per attempt: a retried bundle never meets its earlier file.
             self._path = FileSystems.join(self._temp_dir, f"{self._files.prefix}-{uuid.uuid4().hex}.parquet")
             self._file = DigestingFile(FileSystems.create(self._path))
             self._writer = self._files.writer(self._file)
+            self._rows = self._tables = 0
         with self._abandoned_if_failed():
             self._writer.write_table(table)
         self._rows += table.num_rows
+        self._tables += 1
+        if self._tables == self._row_groups_per_file:
+            yield self._closed()
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
         if self._writer is not None:
-            assert self._file is not None and self._path is not None  # opened with the writer
-            with self._abandoned_if_failed():
-                self._writer.close()
-                self._file.close()
-            self._writer = None
-            yield GlobalWindows.windowed_value((self._files.key, self._file.entry(self._path, self._rows)))
+            yield GlobalWindows.windowed_value(self._closed())
+
+    def _closed(self) -> tuple[str, dict]:
+        """The open file, closed: its entry."""
+        assert self._file is not None and self._path is not None and self._writer is not None
+        with self._abandoned_if_failed():
+            self._writer.close()
+            self._file.close()
+        self._writer = None
+        return self._files.key, self._file.entry(self._path, self._rows)
 
     def teardown(self):
         if getattr(self, "_writer", None) is not None:  # a bundle that failed elsewhere and never finished
