@@ -166,10 +166,11 @@ class HashKeysFn(beam.DoFn):
 
 
 def by_bucket(hashes: np.ndarray):
-    """(bucket, the hashes in it) for each bucket the hashes fill."""
+    """(bucket, the hashes in it as bytes) for each bucket the hashes fill: bytes cross
+    the shuffle as they are, where a numpy array would be pickled and unpickled."""
     bucket = hashes >> np.uint64(58)
     for b in np.unique(bucket).tolist():
-        yield b, hashes[bucket == b]
+        yield b, hashes[bucket == b].tobytes()
 
 
 def batch_key_hashes(batch: pa.RecordBatch) -> tuple:
@@ -187,8 +188,8 @@ class HashBatchKeysFn(beam.DoFn):
 
 
 def _repeated(bucket_hashes) -> np.ndarray:
-    _, arrays = bucket_hashes
-    values, counts = np.unique(np.concatenate(list(arrays)), return_counts=True)
+    _, parts = bucket_hashes
+    values, counts = np.unique(np.frombuffer(b"".join(parts), np.uint64), return_counts=True)
     return values[counts > 1]
 
 
