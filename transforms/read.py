@@ -36,8 +36,8 @@ from transforms.shardfiles import NoMatchingShards as NoMatchingShards  # what R
 from transforms.shardfiles import changed_while_open, match_shards, not_a_shard, opened
 
 # Measured on the benchmark workload (docs/performance.md): 3,072 trajectories (batches of
-# about 21,000 calls there) cost no more time per call than 4,096 and keep a 10M-call run with
-# the policy under 600 MB, where 4,096 does not; 2,048 cost a fifth more CPU.
+# about 21,000 calls there) keep a 10M-call run with the policy under 600 MB, where 4,096 does
+# not, for about 6% more CPU (each batch's fixed work, done more often); 2,048 cost a fifth more.
 DEFAULT_BATCH_ROWS = 3072
 # Bytes read at a time from each column chunk of a shard (docs/performance.md).
 READ_BUFFER_BYTES = 1 << 20
