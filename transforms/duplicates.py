@@ -4,8 +4,8 @@ file it came from (litmus_score.scoring.trajectory.resolve_duplicates is the rul
 Found without shuffling whole rows:
 
     key index        every shard's (run_id, trajectory_id) columns only, as
-                     64-bit hashes per row
-    candidates       hashes seen more than once, found per hash bucket
+                     64-bit hashes per row, of which 46 bits are grouped
+    candidates       those 46 bits seen more than once, found per bucket
     fingerprints     only if some hash repeats: the key columns are read
                      again to find its rows, which are read whole, and their
                      contract columns fingerprinted (sha256)
@@ -50,7 +50,12 @@ from transforms.records import unscored_table
 from transforms.shardfiles import not_a_shard, opened
 
 KEY_COLUMNS = ("run_id", "trajectory_id")
-BUCKETS = 64
+# The bits of a key hash the duplicate check groups: 6 name one of 64 buckets
+# and 40 travel (5 bytes a trajectory, where the local runner's grouping costs
+# several times the bytes grouped). A false candidate costs reading its row
+# group again: at 6M trajectories (40M calls) n^2 / 2^47 expects a quarter of one.
+INDEXED_BITS = 46
+_TRAVEL_BYTES = 5
 # Copies named in a conflict's detail; the rest are counted.
 MAX_COPIES_SHOWN = 5
 
@@ -155,7 +160,7 @@ def key_index(shard: Shard):
 class HashKeysFn(beam.DoFn):
     """A Shard -> (bucket, its key hashes in that bucket) for each bucket it fills.
 
-    Only the hashes travel (8 bytes a trajectory): a runner may keep what
+    Only the hashes travel (5 bytes a trajectory): a runner may keep what
     crosses a stage in memory until the run ends, and the rows are found
     again from the few repeated hashes."""
 
@@ -165,12 +170,19 @@ class HashKeysFn(beam.DoFn):
             yield from by_bucket(index.hashes)
 
 
+def indexed(hashes: np.ndarray) -> np.ndarray:
+    """The INDEXED_BITS of key hashes the duplicate check compares."""
+    return hashes >> np.uint64(64 - INDEXED_BITS)
+
+
 def by_bucket(hashes: np.ndarray):
-    """(bucket, the hashes in it as bytes) for each bucket the hashes fill: bytes cross
-    the shuffle as they are, where a numpy array would be pickled and unpickled."""
-    bucket = hashes >> np.uint64(58)
-    for b in np.unique(bucket).tolist():
-        yield b, hashes[bucket == b].tobytes()
+    """(bucket, the rest of the indexed hashes in it, 5 bytes each) for each bucket the
+    hashes fill: bytes cross the shuffle as they are, where numpy arrays would be pickled."""
+    short = np.sort(indexed(hashes))  # by bucket, the top bits
+    buckets, starts = np.unique(short >> np.uint64(8 * _TRAVEL_BYTES), return_index=True)
+    rest = short.astype("<u8", copy=False).view(np.uint8).reshape(-1, 8)[:, :_TRAVEL_BYTES]
+    for b, start, end in zip(buckets.tolist(), starts.tolist(), starts[1:].tolist() + [len(short)]):
+        yield b, rest[start:end].tobytes()
 
 
 def batch_key_hashes(batch: pa.RecordBatch) -> tuple:
@@ -188,9 +200,13 @@ class HashBatchKeysFn(beam.DoFn):
 
 
 def _repeated(bucket_hashes) -> np.ndarray:
-    _, parts = bucket_hashes
-    values, counts = np.unique(np.frombuffer(b"".join(parts), np.uint64), return_counts=True)
-    return values[counts > 1]
+    """(bucket, its parts) -> the indexed hashes seen more than once."""
+    bucket, parts = bucket_hashes
+    rest = np.frombuffer(b"".join(parts), np.uint8).reshape(-1, _TRAVEL_BYTES)
+    widened = np.zeros((len(rest), 8), np.uint8)
+    widened[:, :_TRAVEL_BYTES] = rest
+    values, counts = np.unique(widened.view("<u8").ravel(), return_counts=True)
+    return (np.uint64(bucket) << np.uint64(8 * _TRAVEL_BYTES)) | values[counts > 1].astype(np.uint64)
 
 
 @dataclass(frozen=True)
@@ -211,9 +227,9 @@ _FINGERPRINTED = tuple(s.TRAJECTORY.names) + (s.INVALID_TEXT, s.TOO_LARGE)
 
 
 def _candidate_copies(path: str, parquet: pq.ParquetFile, candidates: np.ndarray, max_text_bytes: int):
-    """(exact key, Copy) of each row of an open shard whose key hash is among `candidates`."""
+    """(exact key, Copy) of each row of an open shard whose indexed key hash is among `candidates`."""
     index = _key_index(path, parquet)
-    wanted = index.rows[np.isin(index.hashes, candidates)] if index is not None else ()
+    wanted = index.rows[np.isin(indexed(index.hashes), candidates)] if index is not None else ()
     if not len(wanted):
         return
     ends = np.cumsum([parquet.metadata.row_group(g).num_rows for g in range(parquet.metadata.num_row_groups)])
@@ -257,7 +273,7 @@ class FingerprintBatchCandidatesFn(beam.DoFn):
         if not len(candidates):
             return
         present, hashes = batch_key_hashes(batch)
-        wanted = present[np.isin(hashes, candidates)]
+        wanted = present[np.isin(indexed(hashes), candidates)]
         if not len(wanted):
             return
         rows = batch.take(pa.array(wanted))
