@@ -383,8 +383,8 @@ class SetAsideDuplicatesFn(beam.DoFn):
 
     def setup(self):
         # The stage starts once every key hash was grouped for the decisions: memory that
-        # grows with the input (about 200 MiB at 40M calls), freed, but which glibc keeps
-        # resident in its arenas under the scoring stage's own (docs/performance.md).
+        # grows with the input (a few copies of 5 bytes a trajectory), freed, but which
+        # glibc keeps resident in its arenas under the scoring stage's own (docs/performance.md).
         return_free_memory()
 
     def process(self, batch: pa.RecordBatch, decisions: dict):
