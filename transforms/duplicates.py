@@ -247,6 +247,11 @@ def _candidate_copies(path: str, parquet: pq.ParquetFile, candidates: np.ndarray
             yield (row["run_id"], row["trajectory_id"]), Copy((path, start + position), fingerprint(row))
 
 
+def _candidates(repeated) -> np.ndarray:
+    """The repeated indexed hashes of every bucket (the side input), as one array."""
+    return np.concatenate(list(repeated)) if repeated else np.zeros(0, np.uint64)
+
+
 class FingerprintCandidatesFn(beam.DoFn):
     """A Shard and the repeated hashes -> (exact key, Copy) of each row whose key hash repeats."""
 
@@ -254,7 +259,7 @@ class FingerprintCandidatesFn(beam.DoFn):
         self._max_text_bytes = max_text_bytes
 
     def process(self, shard: Shard, repeated):
-        candidates = np.concatenate(list(repeated)) if repeated else np.zeros(0, np.uint64)
+        candidates = _candidates(repeated)
         # When no hash repeats anywhere, no shard is read again.
         if len(candidates) and shard.error is None:
             try:
@@ -269,7 +274,7 @@ class FingerprintBatchCandidatesFn(beam.DoFn):
     """A read batch and the repeated hashes -> (exact key, Copy) of each row whose key hash repeats."""
 
     def process(self, batch: pa.RecordBatch, repeated):
-        candidates = np.concatenate(list(repeated)) if repeated else np.zeros(0, np.uint64)
+        candidates = _candidates(repeated)
         if not len(candidates):
             return
         present, hashes = batch_key_hashes(batch)
