@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from transforms.duplicates import _repeated, by_bucket, indexed
+from transforms.duplicates import INDEXED_BITS, _repeated, by_bucket, indexed
 
 EDGES = st.sampled_from([0, 1, 2**64 - 1, 2**63, 2**58 - 1, 2**58])
 HASHES = st.lists(st.one_of(EDGES, st.integers(0, 2**64 - 1)), max_size=60)
@@ -33,6 +33,6 @@ def test_every_repeated_hash_is_found_in_one_shard_or_across_shards(shards, data
 
 
 def test_hashes_that_differ_only_in_the_bits_not_indexed_are_candidates():
-    low = np.uint64(2**18 - 1)  # below the 46 indexed bits
-    assert grouped([[2**63], [2**63 + int(low)]]) == {int(indexed(np.array([2**63], np.uint64))[0])}
-    assert grouped([[2**63], [2**63 + 2**18]]) == set()
+    unindexed = 2 ** (64 - INDEXED_BITS)  # the lowest indexed bit
+    assert grouped([[2**63], [2**63 + unindexed - 1]]) == {int(indexed(np.array([2**63], np.uint64))[0])}
+    assert grouped([[2**63], [2**63 + unindexed]]) == set()

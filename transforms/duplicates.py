@@ -54,8 +54,9 @@ KEY_COLUMNS = ("run_id", "trajectory_id")
 # and 40 travel (5 bytes a trajectory, where the local runner's grouping costs
 # several times the bytes grouped). A false candidate costs reading its row
 # group again: at 6M trajectories (40M calls) n^2 / 2^47 expects a quarter of one.
-INDEXED_BITS = 46
+_BUCKET_BITS = 6
 _TRAVEL_BYTES = 5
+INDEXED_BITS = _BUCKET_BITS + 8 * _TRAVEL_BYTES
 # Copies named in a conflict's detail; the rest are counted.
 MAX_COPIES_SHOWN = 5
 
